@@ -1,0 +1,127 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+func readAll(t *testing.T, r io.Reader) (raws, datas []string) {
+	t.Helper()
+	er := NewEventReader(r)
+	for {
+		ev, err := er.Next()
+		if errors.Is(err, io.EOF) {
+			return raws, datas
+		}
+		if err != nil {
+			t.Fatalf("Next: %v", err)
+		}
+		raws = append(raws, string(ev.Raw))
+		if ev.Data == nil {
+			datas = append(datas, "<nil>")
+		} else {
+			datas = append(datas, string(ev.Data))
+		}
+	}
+}
+
+func TestEventReader(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    string
+		raws  []string
+		datas []string
+	}{
+		{"two events", "data: {\"a\":1}\n\ndata: [DONE]\n\n",
+			[]string{"data: {\"a\":1}\n\n", "data: [DONE]\n\n"}, []string{`{"a":1}`, "[DONE]"}},
+		{"crlf", "data: x\r\n\r\n", []string{"data: x\r\n\r\n"}, []string{"x"}},
+		{"no space after colon", "data:x\n\n", []string{"data:x\n\n"}, []string{"x"}},
+		{"multi-line data", "data: a\ndata: b\n\n", []string{"data: a\ndata: b\n\n"}, []string{"a\nb"}},
+		{"comment keep-alive", ": ping\n\ndata: y\n\n", []string{": ping\n\n", "data: y\n\n"}, []string{"<nil>", "y"}},
+		{"event and id fields", "event: message\nid: 3\ndata: z\n\n", []string{"event: message\nid: 3\ndata: z\n\n"}, []string{"z"}},
+		{"leading blank lines", "\n\ndata: q\n\n", []string{"\n\ndata: q\n\n"}, []string{"q"}},
+		{"trailing blank line", "data: q\n\n\n", []string{"data: q\n\n", "\n"}, []string{"q", "<nil>"}},
+		{"partial event at EOF", "data: a\n\ndata: trunc", []string{"data: a\n\n", "data: trunc"}, []string{"a", "trunc"}},
+		{"complete line no blank at EOF", "data: a\n", []string{"data: a\n"}, []string{"a"}},
+		{"empty", "", nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, mode := range []string{"whole", "one byte"} {
+				var r io.Reader = strings.NewReader(tt.in)
+				if mode == "one byte" {
+					r = iotest.OneByteReader(r)
+				}
+				raws, datas := readAll(t, r)
+				if strings.Join(raws, "|") != strings.Join(tt.raws, "|") {
+					t.Errorf("%s: raws = %q, want %q", mode, raws, tt.raws)
+				}
+				if strings.Join(datas, "|") != strings.Join(tt.datas, "|") {
+					t.Errorf("%s: datas = %q, want %q", mode, datas, tt.datas)
+				}
+			}
+		})
+	}
+}
+
+func TestEventReaderLongLine(t *testing.T) {
+	long := strings.Repeat("x", 100_000)
+	raws, datas := readAll(t, strings.NewReader("data: "+long+"\n\ndata: b\n\n"))
+	if len(raws) != 2 || datas[0] != long || datas[1] != "b" || raws[0] != "data: "+long+"\n\n" {
+		t.Fatalf("long line not read whole: %d events", len(raws))
+	}
+}
+
+func TestEventReaderTooLarge(t *testing.T) {
+	er := NewEventReader(strings.NewReader("data: " + strings.Repeat("x", MaxEventBytes+1) + "\n\n"))
+	if _, err := er.Next(); !errors.Is(err, ErrEventTooLarge) {
+		t.Fatalf("err = %v, want ErrEventTooLarge", err)
+	}
+}
+
+func TestEventIsDone(t *testing.T) {
+	raws, _ := readAll(t, strings.NewReader("data: [DONE]\n\n"))
+	er := NewEventReader(strings.NewReader(raws[0]))
+	ev, _ := er.Next()
+	if !ev.IsDone() {
+		t.Fatal("[DONE] not recognised")
+	}
+}
+
+func TestAppendData(t *testing.T) {
+	if got := string(AppendData(nil, []byte(`{"a":1}`))); got != "data: {\"a\":1}\n\n" {
+		t.Fatalf("AppendData = %q", got)
+	}
+}
+
+// FuzzEventReader checks that the raw bytes of all events put together are
+// exactly the input: a relay built on the reader never drops or invents a byte.
+func FuzzEventReader(f *testing.F) {
+	f.Add("data: a\n\ndata: b\r\n\r\n")
+	f.Add("\n\n: c\n\ndata: [DONE]\n\n")
+	f.Add("data: x")
+	f.Fuzz(func(t *testing.T, in string) {
+		er := NewEventReader(strings.NewReader(in))
+		var got bytes.Buffer
+		for i := 0; ; i++ {
+			ev, err := er.Next()
+			if err != nil {
+				break
+			}
+			if len(ev.Raw) == 0 {
+				t.Fatal("empty event returned")
+			}
+			got.Write(ev.Raw)
+			if i > len(in)+1 {
+				t.Fatal("reader does not make progress")
+			}
+		}
+		if got.String() != in {
+			t.Fatalf("relayed bytes %q differ from input %q", got.String(), in)
+		}
+	})
+}
