@@ -36,14 +36,22 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		errEvent    bool
 		readErr     error
 	)
-	er := wire.NewEventReader(resp.Body)
+	// Flush when the reader holds no further event that already arrived:
+	// each event still reaches the client as soon as it arrived, but events
+	// that arrived together leave in one write, as nginx does.
+	src := &countingReader{r: resp.Body}
+	er := wire.NewEventReader(src)
+	var consumed int64
+	dirty := false
 	for !clientGone {
 		ev, err := er.Next()
 		if err != nil {
 			readErr = err
 			break
 		}
+		consumed += int64(len(ev.Raw))
 		now := time.Now()
+		forward := true
 		if ev.Data != nil {
 			if ev.IsDone() {
 				done = true
@@ -53,9 +61,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				}
 				done = done || info.Finished
 				errEvent = errEvent || info.Error
-				if info.UsageOnly && x.stripUsage {
-					continue // the gateway asked for it; the client did not
-				}
+				// Drop the usage-only chunk the gateway asked for and the
+				// client did not.
+				forward = !(info.UsageOnly && x.stripUsage)
 				if info.HasOutput {
 					rec.OutputChunks++
 					running := int(p.running.Load())
@@ -76,13 +84,22 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				}
 			}
 		}
-		if _, err := w.Write(ev.Raw); err != nil {
-			clientGone = true
-			break
+		if forward {
+			if _, err := w.Write(ev.Raw); err != nil {
+				clientGone = true
+				break
+			}
+			dirty = true
 		}
-		if err := rc.Flush(); err != nil {
-			clientGone = true
+		if dirty && consumed == src.n {
+			dirty = false
+			if err := rc.Flush(); err != nil {
+				clientGone = true
+			}
 		}
+	}
+	if dirty && !clientGone {
+		_ = rc.Flush()
 	}
 	end := time.Now()
 
@@ -166,4 +183,17 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown
 	}
+}
+
+// countingReader counts the bytes read through it, so the relay knows when
+// the event reader has consumed everything that arrived.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
