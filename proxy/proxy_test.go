@@ -415,6 +415,35 @@ func TestClientCancel(t *testing.T) {
 	}
 }
 
+// TestClientLeavesAfterOutput checks that a client that hangs up right after
+// the finish chunk, before the usage chunk and [DONE], is judged on what it
+// got, not counted as cancelled.
+func TestClientLeavesAfterOutput(t *testing.T) {
+	eng := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"+
+			"data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the usage chunk and [DONE] never come
+	})
+	s := newSetup(t, eng, Config{})
+	req, _ := http.NewRequest(http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for range 4 { // two events, each a data line and a blank line
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp.Body.Close()
+	if r := s.rec.last(t); r.Outcome != slo.Good || r.OutputChunks != 2 || !r.Estimated {
+		t.Fatalf("record %+v, want good with 2 estimated tokens", r)
+	}
+}
+
 func TestPassthrough(t *testing.T) {
 	s := newSetup(t, &proxytest.Engine{}, Config{})
 	resp, err := http.Get(s.gateway.URL + "/v1/models")

@@ -116,7 +116,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 
 	switch {
 	case clientGone || (readErr != nil && x.r.Context().Err() != nil):
-		x.fail(slo.ClientCancelled, "", 0)
+		// A client that hangs up once the output has ended (finish_reason
+		// or [DONE] seen) got its whole answer: judge it. Only one that
+		// left before the end cancelled.
+		if !done {
+			x.fail(slo.ClientCancelled, "", 0)
+		}
 	case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
 		p.streamError(x, slo.EngineError, reasonFirstTokenTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
 	case errors.Is(readErr, wire.ErrEventTooLarge):
