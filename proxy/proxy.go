@@ -149,6 +149,7 @@ type exchange struct {
 	failure    slo.Outcome // non-zero once the request failed
 	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
 	forwarded  time.Time
+	err        error // the underlying cause of an engine failure, for the log
 }
 
 func (x *exchange) fail(o slo.Outcome, reason string, status int) {
@@ -261,7 +262,7 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		case x.r.Context().Err() != nil:
 			x.fail(slo.ClientCancelled, "", 0)
 		default:
-			p.log.Warn("engine unreachable", "err", err)
+			x.err = err
 			x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
 		}
 		return
@@ -365,12 +366,17 @@ func (p *Proxy) finish(x *exchange) {
 		lvl = slog.LevelWarn
 	}
 	if p.log.Enabled(x.r.Context(), lvl) {
+		errText := ""
+		if x.err != nil {
+			errText = x.err.Error()
+		}
 		p.log.LogAttrs(x.r.Context(), lvl, "request",
 			slog.String("route", rec.Route), slog.String("model", rec.Model),
 			slog.Bool("stream", rec.Streamed), slog.Int("status", rec.Status),
 			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
 			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
 			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
-			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens))
+			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens),
+			slog.String("err", errText))
 	}
 }
