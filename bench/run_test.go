@@ -326,3 +326,13 @@ func TestParsers(t *testing.T) {
 		t.Error("bad JSONL accepted")
 	}
 }
+
+func TestScaled(t *testing.T) {
+	rep := sampleReport()
+	sc := rep.Scaled(10)
+	a, b := rep.Levels[1].Summary, sc.Levels[1].Summary
+	if b.TTFT.P50 != 10*a.TTFT.P50 || !near(b.Goodput, a.Goodput/10) || sc.Targets.TPOT != time.Second ||
+		b.Duration != 100*time.Second || rep.Levels[1].Summary.TTFT.P50 != 400*time.Millisecond {
+		t.Fatalf("scaled %+v from %+v", b, a)
+	}
+}
