@@ -82,3 +82,13 @@ func TestBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestBenchOpenLoop(t *testing.T) {
+	srv := streamEngine(t)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--base-url", srv.URL, "--rate", "40,80", "--arrivals", "constant",
+		"--warmup", "0s", "--duration", "250ms", "--quiet"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "80/s") || !strings.Contains(out.String(), "due (scheduled arrival)") || errb.Len() != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+}
