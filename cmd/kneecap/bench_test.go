@@ -75,6 +75,7 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--base-url", "http://x", "--goodput", "ttft=soon"},
 		{"bench", "--base-url", "http://x", "--plot", "out.jpg"},
 		{"bench", "--base-url", "http://x", "--input-len", "many"},
+		{"bench", "--base-url", "http://x", "--time-scale", "0"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
