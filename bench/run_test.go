@@ -336,3 +336,25 @@ func TestScaled(t *testing.T) {
 		t.Fatalf("scaled %+v from %+v", b, a)
 	}
 }
+
+func TestRampUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &script{TTFT: 100 * time.Millisecond, Tokens: 1}
+		rep, err := Run(t.Context(), Config{BaseURL: "http://e", Client: servePipe(t, eng), Model: "m",
+			Levels: []float64{4}, RampUp: 2 * time.Second, Warmup: 3 * time.Second, Duration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := map[int]time.Duration{}
+		for _, r := range rep.Levels[0].Records {
+			if _, ok := first[r.User]; !ok {
+				first[r.User] = r.Due.Sub(rep.Levels[0].Start)
+			}
+		}
+		for u := range 4 {
+			if first[u] != time.Duration(u)*500*time.Millisecond {
+				t.Errorf("user %d started at +%v", u, first[u])
+			}
+		}
+	})
+}

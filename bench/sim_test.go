@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,6 +85,36 @@ func TestAgainstSimulator(t *testing.T) {
 		k := rep.Knee()
 		if k.Best != 0 || k.LastMet != 0 {
 			t.Errorf("knee %+v", k)
+		}
+	})
+}
+
+// The brief's first workload on the gb10-bf16 profile, in virtual time; the
+// table is logged (go test -v -run GB10 ./bench/) and compared in
+// docs/bench.md. The assertions are the benchmark's, not the calibration's:
+// exact token counts, and latencies that grow with the cap.
+func TestGB10Table1(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rep := runSim(t, sim.GB10BF16, Config{
+			Levels: []float64{1, 8, 32}, Warmup: 20 * time.Second, Duration: 60 * time.Second, IgnoreEOS: true,
+			Workload: Synthetic{InputLen: Dist{Mean: 1000}, OutputLen: Dist{Mean: 120}},
+			Targets:  Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond},
+		})
+		var tab strings.Builder
+		if err := rep.WriteTable(&tab); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("gb10-bf16, 1000 prompt / 120 output tokens, virtual time:\n%s", tab.String())
+		prev := Summary{}
+		for _, lv := range rep.Levels {
+			s := lv.Summary
+			if s.Completed == 0 || s.Failed+s.Rejected != 0 || s.OutputTokens != 120*s.Completed || s.InputTokens != 1000*s.Completed {
+				t.Fatalf("level %g: %+v", lv.Value, s)
+			}
+			if s.TPOT.P50 <= prev.TPOT.P50 || s.TTFT.P50 <= prev.TTFT.P50 {
+				t.Errorf("level %g: TPOT %v TTFT %v did not grow from %v %v", lv.Value, s.TPOT.P50, s.TTFT.P50, prev.TPOT.P50, prev.TTFT.P50)
+			}
+			prev = s
 		}
 	})
 }
