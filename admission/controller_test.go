@@ -1,0 +1,172 @@
+package admission
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// engine is a fluid model of a decode-bound engine for script tests:
+// gap(n) = gapA + gapB*n, engine TTFT(n) = ttftA + ttftB*n, every request
+// has out output tokens, one per chunk, and the engine always runs exactly
+// min(cap, demand) requests.
+type engine struct {
+	gapA, gapB   time.Duration
+	ttftA, ttftB time.Duration
+	out          int
+	demand       int // concurrent users wanting service
+	phase        float64
+}
+
+func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
+func (e *engine) ttft(n int) time.Duration { return e.ttftA + time.Duration(n)*e.ttftB }
+
+// run feeds the controller for d of time from now in 100ms ticks, calling
+// Decide every second, and returns the time reached and the caps decided.
+func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration) (time.Time, []int) {
+	t.Helper()
+	var caps []int
+	end := now.Add(d)
+	tick := 100 * time.Millisecond
+	for i := 0; now.Before(end); i++ {
+		now = now.Add(tick)
+		n := min(c.Cap(), e.demand)
+		g := e.gap(n)
+		chunks := float64(n) * float64(tick) / float64(g)
+		for k := 0; k < int(chunks); k++ {
+			c.ObserveGap(now, n, g)
+		}
+		// Completions: n/hold per second; starts equal completions.
+		hold := e.ttft(n) + time.Duration(e.out-1)*g
+		e.phase += float64(n) * float64(tick) / float64(hold)
+		for e.phase >= 1 {
+			e.phase--
+			c.ObserveFirst(now, n, e.ttft(n))
+			c.ObserveDone(now, Finished{Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g,
+				Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond})
+		}
+		if i%10 == 9 {
+			queued := max(e.demand-c.Cap(), 0)
+			dec := c.Decide(now, Load{Running: n, Queued: queued, PeakRunning: n, PeakQueued: queued})
+			caps = append(caps, dec.Cap)
+		}
+	}
+	return now, caps
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func bf16Like() *engine {
+	return &engine{gapA: 40 * time.Millisecond, gapB: 7750 * time.Microsecond,
+		ttftA: 200 * time.Millisecond, ttftB: 50 * time.Millisecond, out: 120, demand: 64}
+}
+
+func lastChange(caps []int) int {
+	for i := len(caps) - 1; i > 0; i-- {
+		if caps[i] != caps[i-1] {
+			return i
+		}
+	}
+	return 0
+}
+
+func TestControllerConvergesToKneeAndHolds(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	_, caps := e.run(t, c, t0, 3*time.Minute)
+	// Knee: largest n with 40ms + 7.75ms n <= 100ms * (1 - 5%) is 7.
+	if got := caps[len(caps)-1]; got != 7 {
+		t.Fatalf("final cap %d, want 7; caps %v", got, caps)
+	}
+	if i := lastChange(caps); i > 60 {
+		t.Errorf("cap still changing after %ds: %v", i, caps)
+	}
+	st := c.Status(t0)
+	if st.Cap != 7 || !strings.HasPrefix(st.Reason, "raise") {
+		t.Errorf("status cap %d reason %q", st.Cap, st.Reason)
+	}
+}
+
+func TestControllerNoRaiseWithoutDemand(t *testing.T) {
+	e := bf16Like()
+	e.demand = 2
+	c := NewController(ControllerConfig{})
+	_, caps := e.run(t, c, t0, time.Minute)
+	if got := caps[len(caps)-1]; got != 4 {
+		t.Fatalf("final cap %d, want the initial 4 with demand 2; caps %v", got, caps)
+	}
+}
+
+func TestControllerEngineSlowdownLowersCap(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 2*time.Minute)
+	e.gapA, e.gapB = e.gapA*3/2, e.gapB*3/2 // every step 50 % longer
+	e.ttftA, e.ttftB = e.ttftA*3/2, e.ttftB*3/2
+	_, caps := e.run(t, c, now, 2*time.Minute)
+	// 60ms + 11.625ms n <= 95ms: n = 3.
+	if got := caps[len(caps)-1]; got != 3 {
+		t.Fatalf("final cap %d, want 3; caps %v", got, caps)
+	}
+	if i := lastChange(caps); i > 60 {
+		t.Errorf("re-converged after %ds, want within 60s: %v", i, caps)
+	}
+	if c.Status(now).Shifts == 0 {
+		t.Errorf("no shift detected")
+	}
+}
+
+func TestControllerMinCapHolds(t *testing.T) {
+	e := bf16Like()
+	e.gapA = 150 * time.Millisecond // misses even alone
+	c := NewController(ControllerConfig{MinCap: 2})
+	_, caps := e.run(t, c, t0, time.Minute)
+	if got := caps[len(caps)-1]; got != 2 {
+		t.Fatalf("final cap %d, want MinCap 2; caps %v", got, caps)
+	}
+}
+
+func TestControllerMaxCapBounds(t *testing.T) {
+	e := bf16Like()
+	e.gapB = 100 * time.Microsecond
+	e.ttftB = time.Millisecond
+	c := NewController(ControllerConfig{MaxCap: 20})
+	_, caps := e.run(t, c, t0, 2*time.Minute)
+	if got := caps[len(caps)-1]; got != 20 {
+		t.Fatalf("final cap %d, want MaxCap 20; caps %v", got, caps)
+	}
+}
+
+func TestAdmitDeadline(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	// At cap 7: hold = 0.55 + 119*0.09425 = 11.77s, a release every 1.68s;
+	// engine TTFT 0.55s leaves 0.45s of queueing.
+	iv, _ := c.slotInterval(now)
+	if iv < 1600*time.Millisecond || iv > 1760*time.Millisecond {
+		t.Fatalf("slot interval %v, want about 1.68s", iv)
+	}
+	if ok, _ := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: Targets{TTFT: 2 * time.Second}}); !ok {
+		t.Errorf("refused a request that fits a 2s TTFT target")
+	}
+	ok, ra1 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	if ok {
+		t.Fatalf("admitted a request predicted to wait 0.84s + 0.55s for a 1s target")
+	}
+	_, ra2 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	if ra1 <= 0 || ra2 <= ra1 {
+		t.Errorf("Retry-After %v then %v: want positive and later for the second", ra1, ra2)
+	}
+	// Promises expire: much later the first answer comes back.
+	if ra3 := c.RetryAfter(now.Add(time.Hour), 0); ra3 >= ra2 {
+		t.Errorf("Retry-After an hour later %v, want below %v", ra3, ra2)
+	}
+}
+
+func TestAdmitBeforeLearningAdmitsAll(t *testing.T) {
+	c := NewController(ControllerConfig{})
+	if ok, _ := c.Admit(t0, Query{Arrival: t0, Ahead: 100}); !ok {
+		t.Fatal("refused with nothing learned")
+	}
+}

@@ -1,0 +1,199 @@
+package admission
+
+import (
+	"math"
+	"time"
+)
+
+// decayed is an exponentially forgotten weighted sum: every sample has weight
+// exp(-(now - t)/tau) where t is when it arrived. The zero value is empty.
+type decayed struct {
+	w, sum float64
+	t      time.Time
+}
+
+// decay ages the sum to now.
+func (d *decayed) decay(now time.Time, tau time.Duration) {
+	if d.t.IsZero() {
+		d.t = now
+		return
+	}
+	if dt := now.Sub(d.t); dt > 0 {
+		f := math.Exp(-float64(dt) / float64(tau))
+		d.w *= f
+		d.sum *= f
+		d.t = now
+	}
+}
+
+func (d *decayed) add(now time.Time, tau time.Duration, x float64) {
+	d.decay(now, tau)
+	d.w++
+	d.sum += x
+}
+
+func (d *decayed) mean() float64 {
+	if d.w <= 0 {
+		return 0
+	}
+	return d.sum / d.w
+}
+
+// curve is the model of one latency against the running count n:
+//
+//	y(n) = a + b*n,  a >= 0, b >= 0
+//
+// which is the physics of a memory-bandwidth-bound decode step (a fixed part
+// for reading the weights, a part growing with the sequences in the batch and
+// their KV cache) and, less exactly, of engine TTFT (prefill plus the steps
+// the new prompt shares with its decoding neighbours). It is fitted by
+// weighted least squares over per-level forgotten means; each level's weight
+// is capped at capW so that the level the cap holds does not drown the rest.
+// With data at only one level n0 it keeps the shape of its last fit with
+// two or more levels, y(n) = k*(a' + b'*n), fitting only k; with no such
+// shape yet it falls back to proportionality, y(n) = y0*n/n0, the
+// conservative guess when the engine is probed upward.
+type curve struct {
+	tau            time.Duration
+	capW           float64
+	levels         []decayed // index n = running count; 0 unused
+	a, b           float64
+	shapeA, shapeB float64 // last fit from two or more levels
+	ok             bool
+}
+
+func newCurve(maxN int, tau time.Duration, capW float64) *curve {
+	return &curve{tau: tau, capW: capW, levels: make([]decayed, maxN+1)}
+}
+
+func (c *curve) clampN(n int) int {
+	if n < 1 {
+		return 1
+	}
+	if n >= len(c.levels) {
+		return len(c.levels) - 1
+	}
+	return n
+}
+
+func (c *curve) add(now time.Time, n int, y float64) {
+	c.levels[c.clampN(n)].add(now, c.tau, y)
+}
+
+// minLevelWeight is the weight below which a level does not count as a
+// distinct point for the slope.
+const minLevelWeight = 2
+
+// fit refits a and b from the levels aged to now.
+func (c *curve) fit(now time.Time) {
+	var sw, sx, sy, sxx, sxy float64
+	points := 0
+	for n := 1; n < len(c.levels); n++ {
+		l := &c.levels[n]
+		if l.w == 0 {
+			continue
+		}
+		l.decay(now, c.tau)
+		if l.w < 1e-3 {
+			*l = decayed{}
+			continue
+		}
+		w := math.Min(l.w, c.capW)
+		x, y := float64(n), l.mean()
+		sw += w
+		sx += w * x
+		sy += w * y
+		sxx += w * x * x
+		sxy += w * x * y
+		if l.w >= minLevelWeight {
+			points++
+		}
+	}
+	if sw == 0 {
+		c.ok = false
+		return
+	}
+	c.ok = true
+	den := sw*sxx - sx*sx
+	if points >= 2 && den > 1e-9 {
+		c.b = (sw*sxy - sx*sy) / den
+		c.a = (sy - c.b*sx) / sw
+		if c.b < 0 { // flat or noisy: a constant
+			c.a, c.b = sy/sw, 0
+		}
+		if c.a < 0 { // through the origin: b = sum(w x y) / sum(w x x)
+			c.a, c.b = 0, sxy/sxx
+		}
+		c.shapeA, c.shapeB = c.a, c.b
+		return
+	}
+	if c.shapeA+c.shapeB > 0 {
+		// k = sum(w y) / sum(w (a' + b' x))
+		k := sy / (c.shapeA*sw + c.shapeB*sx)
+		c.a, c.b = k*c.shapeA, k*c.shapeB
+		return
+	}
+	c.a, c.b = 0, sxy/sxx
+}
+
+// at is the fitted mean at running count n (n >= 1).
+func (c *curve) at(n float64) float64 {
+	if n < 1 {
+		n = 1
+	}
+	return c.a + c.b*n
+}
+
+// scale multiplies every level's mean by f and keeps only share of its
+// weight: the model after a detected shift keeps its shape as a prior while
+// new samples take over.
+func (c *curve) scale(f, share float64) {
+	for i := range c.levels {
+		l := &c.levels[i]
+		l.sum *= f * share
+		l.w *= share
+	}
+	c.a *= f
+	c.b *= f
+}
+
+// level returns the forgotten weight and mean at n.
+func (c *curve) level(n int) (w, mean float64) {
+	l := c.levels[c.clampN(n)]
+	return l.w, l.mean()
+}
+
+// shiftDetector compares, over a short forgetting window, the sum of observed
+// values with the sum of what the model predicted for them. A ratio
+//
+//	R = sum(observed) / sum(predicted)
+//
+// outside [1/k, k] with at least minW samples' weight means that what the
+// model learned no longer holds (engine slowed down or restarted, prompts
+// got longer): the caller shortens memory by rescaling the model by R.
+type shiftDetector struct {
+	tau      time.Duration
+	k, minW  float64
+	obs, pre decayed
+}
+
+// add records one observation and its prediction; it returns R and true
+// when a shift is detected (and then resets itself).
+func (s *shiftDetector) add(now time.Time, observed, predicted float64) (float64, bool) {
+	if predicted <= 0 {
+		return 1, false
+	}
+	s.obs.add(now, s.tau, observed)
+	s.pre.add(now, s.tau, predicted)
+	if s.obs.w < s.minW {
+		return 1, false
+	}
+	r := s.obs.sum / s.pre.sum
+	if r > s.k || r < 1/s.k {
+		s.obs, s.pre = decayed{}, decayed{}
+		return r, true
+	}
+	return r, false
+}
+
+func (s *shiftDetector) reset() { s.obs, s.pre = decayed{}, decayed{} }

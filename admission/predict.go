@@ -1,0 +1,105 @@
+package admission
+
+import (
+	"time"
+)
+
+// Query describes a request that would have to queue for a slot.
+type Query struct {
+	// Arrival is when the request reached the gateway; the client's TTFT
+	// counts from there.
+	Arrival time.Time
+	// Ahead is the number of requests queued before it.
+	Ahead int
+	// Targets are the request's own targets (zero fields: the operator's).
+	Targets Targets
+}
+
+// slotInterval is the predicted mean time between two slot releases at the
+// current cap, by Little's law Hold(cap)/cap, or false before the model
+// knows anything.
+func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
+	var hold float64
+	if c.gap.ok && c.ttft.ok && len(c.outTokens.values(now)) > 0 {
+		hold = c.predict(c.cap, c.spreadAt(now)).Hold
+	} else if c.holdAvg.w > 0 {
+		hold = c.holdAvg.mean()
+	}
+	if hold <= 0 {
+		return 0, false
+	}
+	return time.Duration(hold / float64(c.cap) * float64(time.Second)), true
+}
+
+// predictedEngineTTFT is the mean engine TTFT at the current cap.
+func (c *Controller) predictedEngineTTFT(now time.Time) time.Duration {
+	if !c.ttft.ok {
+		return 0
+	}
+	s := c.spreadAt(now)
+	return time.Duration(s.mTTFT * c.ttft.at(float64(c.cap)) * float64(time.Second))
+}
+
+// PredictWait is the predicted queue wait of a request with ahead requests
+// before it: slot releases come every Hold/cap on average, and a request
+// that joins at a random moment waits half an interval for the first, so
+//
+//	wait(ahead) = (ahead + 1/2) * Hold(cap) / cap.
+func (c *Controller) PredictWait(now time.Time, ahead int) (time.Duration, bool) {
+	iv, ok := c.slotInterval(now)
+	if !ok {
+		return 0, false
+	}
+	return time.Duration((float64(ahead) + 0.5) * float64(iv)), true
+}
+
+// Admit is the deadline check for a request that would queue: it refuses
+// the request at once when
+//
+//	(now - arrival) + wait(ahead) + engine TTFT(cap) > its TTFT target,
+//
+// since it would miss its target anyway, and then returns the Retry-After
+// that brings it back when a slot is predicted to free for it: the release
+// it would wait for, counting the requests already told to come back,
+// less half the budget T_ttft - engine TTFT that it may spend queued. With
+// nothing learned yet it admits everything.
+func (c *Controller) Admit(now time.Time, q Query) (ok bool, retryAfter time.Duration) {
+	wait, known := c.PredictWait(now, q.Ahead)
+	if !known {
+		return true, 0
+	}
+	t := c.targetsOf(q.Targets)
+	eng := c.predictedEngineTTFT(now)
+	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
+		return true, 0
+	}
+	return false, c.promise(now, q.Ahead, t.TTFT-eng)
+}
+
+// RetryAfter is the predicted time until a slot frees for a request refused
+// for another reason (queue full, queue timeout) with queued requests
+// waiting: wait(queued + promised) - budget/2, at least zero (the gateway
+// rounds up to whole seconds).
+func (c *Controller) RetryAfter(now time.Time, queued int) time.Duration {
+	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now))
+}
+
+// promise computes a Retry-After and remembers it, so that the next refused
+// request is sent to a later release instead of the same one.
+func (c *Controller) promise(now time.Time, ahead int, budget time.Duration) time.Duration {
+	live := c.promises[:0]
+	for _, p := range c.promises {
+		if p.After(now) {
+			live = append(live, p)
+		}
+	}
+	c.promises = live
+	wait, ok := c.PredictWait(now, ahead+len(c.promises))
+	if !ok {
+		return time.Second
+	}
+	if len(c.promises) < 4096 {
+		c.promises = append(c.promises, now.Add(wait))
+	}
+	return max(wait-max(budget, 0)/2, 0)
+}
