@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"github.com/kneecap/kneecap/slo"
 	"math"
 	"time"
 )
@@ -58,9 +59,6 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	return c
 }
 
-// Targets are the latency targets of one request; zero means unset.
-type Targets struct{ TTFT, TPOT, E2E time.Duration }
-
 // Finished is what the controller learns from one completed request.
 type Finished struct {
 	// Running is the mean number of requests running on the engine over the
@@ -74,7 +72,7 @@ type Finished struct {
 	// OutputTokens is the engine's usage count.
 	OutputTokens int
 	// Targets are the request's own targets (zero fields: the operator's).
-	Targets Targets
+	Targets slo.Targets
 	// Good reports whether the request met all its targets as the client
 	// felt them (queue wait included); kept for the measured attainment.
 	Good bool
@@ -117,7 +115,7 @@ const (
 // logic: every method takes the time as an argument and it starts nothing.
 // It is not safe for concurrent use; the Runner serialises calls.
 type Controller struct {
-	cfg Config0
+	cfg ControllerConfig
 
 	gap, ttft      *curve // mean per-chunk gap and engine TTFT against running
 	gapShift       shiftDetector
@@ -126,7 +124,7 @@ type Controller struct {
 	outTokens      *ratioRing // output tokens of recent requests (raw)
 	holdAvg        decayed    // mean slot hold, measured
 	good, finished decayed    // measured attainment
-	classes        map[Targets]*decayed
+	classes        map[slo.Targets]*decayed
 
 	cap        int
 	reason     string
@@ -137,9 +135,6 @@ type Controller struct {
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
 }
-
-// Config0 is the config with defaults applied.
-type Config0 = ControllerConfig
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.
 func NewController(cfg ControllerConfig) *Controller {
@@ -154,7 +149,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		tpotR:     newRatioRing(256, 2*tau),
 		ttftR:     newRatioRing(256, 2*tau),
 		outTokens: newRatioRing(256, 2*tau),
-		classes:   map[Targets]*decayed{},
+		classes:   map[slo.Targets]*decayed{},
 		cap:       cfg.InitialCap,
 		reason:    "initial",
 	}
@@ -249,7 +244,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 }
 
 func (c *Controller) dropFaintestClass(now time.Time) {
-	var worst Targets
+	var worst slo.Targets
 	w := math.Inf(1)
 	for t, d := range c.classes {
 		d.decay(now, c.cfg.Memory)
@@ -261,7 +256,7 @@ func (c *Controller) dropFaintestClass(now time.Time) {
 }
 
 // targetsOf fills unset fields with the operator's targets.
-func (c *Controller) targetsOf(t Targets) Targets {
+func (c *Controller) targetsOf(t slo.Targets) slo.Targets {
 	if t.TTFT <= 0 {
 		t.TTFT = c.cfg.TTFT
 	}

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"github.com/kneecap/kneecap/slo"
 	"math"
 	"sort"
 	"time"
@@ -55,7 +56,7 @@ func (c *Controller) predict(n int, s spread) prediction {
 }
 
 // meets reports whether the prediction meets targets t stretched by scale.
-func (p prediction) meets(t Targets, scale float64) bool {
+func (p prediction) meets(t slo.Targets, scale float64) bool {
 	ok := p.TPOT <= scale*t.TPOT.Seconds() && p.TTFT <= scale*t.TTFT.Seconds()
 	if t.E2E > 0 {
 		ok = ok && p.E2E <= scale*t.E2E.Seconds()
@@ -65,7 +66,7 @@ func (p prediction) meets(t Targets, scale float64) bool {
 
 // largestMeeting is the largest n in [MinCap, MaxCap] whose prediction
 // meets t at scale (predictions grow with n, so a binary search), or MinCap.
-func (c *Controller) largestMeeting(t Targets, scale float64, s spread) int {
+func (c *Controller) largestMeeting(t slo.Targets, scale float64, s spread) int {
 	lo, hi := c.cfg.MinCap, c.cfg.MaxCap
 	if !c.predict(lo, s).meets(t, scale) {
 		return lo
@@ -82,7 +83,7 @@ func (c *Controller) largestMeeting(t Targets, scale float64, s spread) int {
 }
 
 type class struct {
-	t     Targets
+	t     slo.Targets
 	share float64
 }
 
@@ -97,7 +98,7 @@ func (c *Controller) classShares(now time.Time) []class {
 		}
 	}
 	if total == 0 {
-		return []class{{c.targetsOf(Targets{}), 1}}
+		return []class{{c.targetsOf(slo.Targets{}), 1}}
 	}
 	for i := range out {
 		out[i].share /= total

@@ -1,6 +1,10 @@
 package admission
 
-import "time"
+import (
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
 
 // ControllerStatus is the controller's state as /status shows it.
 type ControllerStatus struct {
@@ -56,15 +60,11 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b,
 		TPOTSpread: s.qTPOT, TTFTSpread: s.qTTFT, Shifts: c.shifts, LastShift: c.lastShift,
 	}
-	if c.finished.w > 0 {
-		c.good.decay(now, c.cfg.Memory)
-		c.finished.decay(now, c.cfg.Memory)
-		st.Attainment = c.good.w / c.finished.w
-	}
+	st.Attainment = c.attainment(now)
 	if w, ok := c.PredictWait(now, 0); ok {
 		st.PredictedWait = w.Seconds()
 	}
-	t := c.targetsOf(Targets{})
+	t := c.targetsOf(slo.Targets{})
 	ready := c.gap.ok && c.ttft.ok
 	for n := 1; n <= c.cfg.MaxCap; n++ {
 		gw, gm := c.gap.level(n)
@@ -80,4 +80,15 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		st.Levels = append(st.Levels, l)
 	}
 	return st
+}
+
+// attainment is the measured share of finished requests that met all their
+// targets, over the memory window; 0 before any finished.
+func (c *Controller) attainment(now time.Time) float64 {
+	c.good.decay(now, c.cfg.Memory)
+	c.finished.decay(now, c.cfg.Memory)
+	if c.finished.w <= 0 {
+		return 0
+	}
+	return c.good.w / c.finished.w
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"github.com/kneecap/kneecap/slo"
 	"strings"
 	"testing"
 	"time"
@@ -147,7 +148,7 @@ func TestAdmitDeadline(t *testing.T) {
 	if iv < 1600*time.Millisecond || iv > 1760*time.Millisecond {
 		t.Fatalf("slot interval %v, want about 1.68s", iv)
 	}
-	if ok, _ := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: Targets{TTFT: 2 * time.Second}}); !ok {
+	if ok, _ := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: slo.Targets{TTFT: 2 * time.Second}}); !ok {
 		t.Errorf("refused a request that fits a 2s TTFT target")
 	}
 	ok, ra1 := c.Admit(now, Query{Arrival: now, Ahead: 0})

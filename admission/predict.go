@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"github.com/kneecap/kneecap/slo"
 	"time"
 )
 
@@ -12,7 +13,7 @@ type Query struct {
 	// Ahead is the number of requests queued before it.
 	Ahead int
 	// Targets are the request's own targets (zero fields: the operator's).
-	Targets Targets
+	Targets slo.Targets
 }
 
 // slotInterval is the predicted mean time between two slot releases at the
