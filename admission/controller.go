@@ -19,9 +19,15 @@ type ControllerConfig struct {
 	Percentile float64
 	// MinCap (default 1) and MaxCap (default 512) bound the cap.
 	MinCap, MaxCap int
-	// InitialCap is the cap before anything was measured (default 4,
-	// clamped to [MinCap, MaxCap]).
+	// InitialCap is the cap before anything was measured (default MinCap).
+	// The cap grows from there with demand, one request at a time, as the
+	// model learns; starting low keeps a start-up burst of prefills from
+	// teaching the model latencies that steady state does not have.
 	InitialCap int
+	// Fixed keeps the cap at InitialCap: the model still learns and the
+	// deadline check and Retry-After still use it, but Decide never moves
+	// the cap (KNEECAP_MAX_CONCURRENCY set).
+	Fixed bool
 	// Memory is the time constant over which the model forgets (default
 	// 60s); a detected shift cuts the old memory to a tenth of its weight.
 	Memory time.Duration
@@ -47,7 +53,7 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 	}
 	c.MaxCap = max(c.MaxCap, c.MinCap)
 	if c.InitialCap <= 0 {
-		c.InitialCap = 4
+		c.InitialCap = c.MinCap
 	}
 	c.InitialCap = max(c.MinCap, min(c.InitialCap, c.MaxCap))
 	if c.Memory <= 0 {
@@ -130,17 +136,19 @@ type Controller struct {
 	reason     string
 	changedAt  time.Time
 	lastRaise  time.Time
+	lastProbe  time.Time
 	shifts     int
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
+	gateRaise  time.Time // last raise made by Admit
 }
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.
 func NewController(cfg ControllerConfig) *Controller {
 	cfg = cfg.withDefaults()
 	tau := cfg.Memory
-	return &Controller{
+	c := &Controller{
 		cfg:       cfg,
 		gap:       newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:      newCurve(cfg.MaxCap+1, tau, 20),
@@ -153,6 +161,11 @@ func NewController(cfg ControllerConfig) *Controller {
 		cap:       cfg.InitialCap,
 		reason:    "initial",
 	}
+	c.ttft.xOf, c.ttft.prior = c.gap.at, 1
+	if cfg.Fixed {
+		c.reason = "fixed by the operator"
+	}
+	return c
 }
 
 // Cap returns the current cap.

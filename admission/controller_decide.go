@@ -143,19 +143,28 @@ func (c *Controller) best(classes []class, scale float64, s spread) int {
 }
 
 // Decide refits the model and moves the cap:
-//   - lower, by at most half the cap, when the cap misses the targets
-//     stretched by the hysteresis (5 %) and the engine ran above the
-//     largest level that meets them, towards the largest level that meets
-//     the targets;
+//   - lower, by at most half the cap, when the cap misses the targets and
+//     the engine ran above the largest level that meets them, towards that
+//     level;
 //   - raise, by at most a quarter of the cap and at most every 2s, when a
-//     larger level meets the targets shrunk by the hysteresis and there is
+//     larger level meets the targets shrunk by the hysteresis (5 %: the
+//     cap holds still while its P-quantiles lie within [0.95, 1] of the
+//     targets) and there is
 //     demand: requests queued or refused, or the engine within
 //     max(1, cap/8) of the cap;
+//   - probe one above the cap, at most once per Memory, when there is
+//     demand, the cap meets the shrunk targets, and the level above has no
+//     recent samples
+//     (the model cannot know it: with one level measured, it extrapolates
+//     proportionally, which is conservative);
 //   - otherwise hold.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
 	c.gap.fit(now)
 	c.ttft.fit(now)
+	if c.cfg.Fixed {
+		return Decision{Cap: c.cap, Reason: c.reason}
+	}
 	if !c.gap.ok || !c.ttft.ok {
 		c.reason = "learning: no measurements yet"
 		return Decision{Cap: c.cap, Reason: c.reason}
@@ -163,28 +172,43 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	s := c.spreadAt(now)
 	classes := c.classShares(now)
 	up := c.best(classes, 1-hysteresis, s)
-	mid := c.best(classes, 1, s)
-	down := c.best(classes, 1+hysteresis, s)
+	down := c.best(classes, 1, s)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
 	switch {
 	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down:
-		c.cap = max(mid, c.cap-max(1, int(float64(c.cap)*lowerStep)), c.cfg.MinCap)
+		c.cap = max(down, c.cap-max(1, int(float64(c.cap)*lowerStep)), c.cfg.MinCap)
 		p := c.predict(old, s)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted P%.0f TPOT %s, engine TTFT %s; target level %d",
-			old, c.cap, old, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), mid)
+			old, c.cap, old, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
 	case up > c.cap && demand && now.Sub(c.lastRaise) >= raiseEvery:
 		c.cap = min(up, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
 		p := c.predict(c.cap, s)
 		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted P%.0f TPOT %s, engine TTFT %s; target level %d",
 			old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), up)
 		c.lastRaise = now
+	case demand && up >= c.cap && c.shouldProbe() && now.Sub(c.lastProbe) >= c.cfg.Memory:
+		c.cap++
+		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
+		c.lastRaise, c.lastProbe = now, now
 	default:
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+// shouldProbe reports whether the level above the cap is unknown: the
+// model rests on one level (no slope can be fitted) and the level above has
+// few recent samples, while the extrapolation forbids it. Probing it is the only
+// way to learn; the cap comes back down if the new level misses.
+func (c *Controller) shouldProbe() bool {
+	if c.cap >= c.cfg.MaxCap || c.gap.points >= 2 {
+		return false
+	}
+	gw, _ := c.gap.level(c.cap + 1)
+	return gw < 20
 }
 
 func dur(sec float64) time.Duration {

@@ -96,9 +96,13 @@ func (r *Runner) tick(now time.Time) {
 	old := r.c.Cap()
 	d := r.c.Decide(now, load)
 	r.metrics.observe(r.c, now)
-	if !d.Changed {
-		return
+	if d.Changed {
+		r.applyLocked(now, old, d)
 	}
+}
+
+// applyLocked applies a changed cap to the limiter and reports it.
+func (r *Runner) applyLocked(now time.Time, old int, d Decision) {
 	r.l.SetLimit(d.Cap)
 	r.metrics.change(old, d.Cap)
 	r.log.Info("concurrency cap changed", "from", old, "to", d.Cap, "reason", d.Reason)
@@ -158,13 +162,17 @@ func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.noteLocked(s.Running, s.Queued+1)
-	ok, ra := r.c.Admit(now, Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets})
-	if !ok {
+	old := r.c.Cap()
+	v := r.c.Admit(now, Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets})
+	if v.Raised {
+		r.applyLocked(now, old, Decision{Cap: v.Cap, Changed: true, Reason: r.c.reason})
+	}
+	if !v.OK {
 		r.rejected++
 		r.metrics.deadline.Inc()
-		ra = max(ra, time.Nanosecond) // the limiter's estimate only for "unknown"
+		return false, max(v.RetryAfter, time.Nanosecond) // zero would mean "the limiter's estimate"
 	}
-	return ok, ra
+	return true, 0
 }
 
 // RetryAfter implements RetryEstimator for the other rejections (queue

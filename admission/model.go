@@ -41,29 +41,43 @@ func (d *decayed) mean() float64 {
 
 // curve is the model of one latency against the running count n:
 //
-//	y(n) = a + b*n,  a >= 0, b >= 0
+//	y(n) = a + b*x(n),  a >= 0, b >= 0
 //
-// which is the physics of a memory-bandwidth-bound decode step (a fixed part
-// for reading the weights, a part growing with the sequences in the batch and
-// their KV cache) and, less exactly, of engine TTFT (prefill plus the steps
-// the new prompt shares with its decoding neighbours). It is fitted by
-// weighted least squares over per-level forgotten means; each level's weight
-// is capped at capW so that the level the cap holds does not drown the rest.
-// With data at only one level n0 it keeps the shape of its last fit with
-// two or more levels, y(n) = k*(a' + b'*n), fitting only k; with no such
-// shape yet it falls back to proportionality, y(n) = y0*n/n0, the
-// conservative guess when the engine is probed upward.
+// For the time per output chunk x(n) = n: the physics of a
+// memory-bandwidth-bound decode step, a fixed part for reading the weights
+// and a part growing with the sequences in the batch and their KV cache.
+// For engine TTFT x(n) = gap(n), the fitted step time: a new request's TTFT
+// is its own prefill (a) plus the decode steps it waits for and shares,
+// which grow as the step does (b, about 1 when one step is waited for).
+//
+// It is fitted by weighted least squares over per-level forgotten means;
+// each level's weight is capped at capW so that the level the cap holds does
+// not drown the rest. With data at only one level it keeps the shape of its
+// last fit with two or more levels, y = k*(a' + b'*x), fitting only k; with
+// no such shape yet it takes the prior slope b = prior (1 for TTFT) or, with
+// prior 0, proportionality y = y0*x/x0, the conservative guess when the
+// engine is probed upward.
 type curve struct {
 	tau            time.Duration
 	capW           float64
-	levels         []decayed // index n = running count; 0 unused
+	prior          float64
+	xOf            func(n float64) float64 // nil: x = n
+	levels         []decayed               // index n = running count; 0 unused
 	a, b           float64
 	shapeA, shapeB float64 // last fit from two or more levels
+	points         int     // levels with weight >= minLevelWeight in the fit
 	ok             bool
 }
 
 func newCurve(maxN int, tau time.Duration, capW float64) *curve {
 	return &curve{tau: tau, capW: capW, levels: make([]decayed, maxN+1)}
+}
+
+func (c *curve) x(n float64) float64 {
+	if c.xOf == nil {
+		return n
+	}
+	return c.xOf(n)
 }
 
 func (c *curve) clampN(n int) int {
@@ -99,7 +113,7 @@ func (c *curve) fit(now time.Time) {
 			continue
 		}
 		w := math.Min(l.w, c.capW)
-		x, y := float64(n), l.mean()
+		x, y := c.x(float64(n)), l.mean()
 		sw += w
 		sx += w * x
 		sy += w * y
@@ -109,6 +123,7 @@ func (c *curve) fit(now time.Time) {
 			points++
 		}
 	}
+	c.points = points
 	if sw == 0 {
 		c.ok = false
 		return
@@ -127,13 +142,16 @@ func (c *curve) fit(now time.Time) {
 		c.shapeA, c.shapeB = c.a, c.b
 		return
 	}
-	if c.shapeA+c.shapeB > 0 {
+	switch {
+	case c.shapeA+c.shapeB > 0:
 		// k = sum(w y) / sum(w (a' + b' x))
 		k := sy / (c.shapeA*sw + c.shapeB*sx)
 		c.a, c.b = k*c.shapeA, k*c.shapeB
-		return
+	case c.prior > 0 && sy-c.prior*sx >= 0:
+		c.a, c.b = (sy-c.prior*sx)/sw, c.prior
+	default:
+		c.a, c.b = 0, sxy/sxx
 	}
-	c.a, c.b = 0, sxy/sxx
 }
 
 // at is the fitted mean at running count n (n >= 1).
@@ -141,7 +159,7 @@ func (c *curve) at(n float64) float64 {
 	if n < 1 {
 		n = 1
 	}
-	return c.a + c.b*n
+	return c.a + c.b*c.x(n)
 }
 
 // scale multiplies every level's mean by f and keeps only share of its
@@ -155,6 +173,8 @@ func (c *curve) scale(f, share float64) {
 	}
 	c.a *= f
 	c.b *= f
+	c.shapeA *= f
+	c.shapeB *= f
 }
 
 // level returns the forgotten weight and mean at n.

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"github.com/kneecap/kneecap/slo"
 	"time"
 )
@@ -54,27 +55,68 @@ func (c *Controller) PredictWait(now time.Time, ahead int) (time.Duration, bool)
 	return time.Duration((float64(ahead) + 0.5) * float64(iv)), true
 }
 
-// Admit is the deadline check for a request that would queue: it refuses
-// the request at once when
+// Verdict is the answer to a request that would queue.
+type Verdict struct {
+	// OK lets it queue; otherwise RetryAfter is when to come back.
+	OK         bool
+	RetryAfter time.Duration
+	// Raised is true when the cap was raised by one for it (see Admit):
+	// the caller applies Cap to the limiter at once.
+	Raised bool
+	Cap    int
+}
+
+// gateRaiseEvery bounds raises on demand to one per second.
+const gateRaiseEvery = time.Second
+
+// Admit answers a request that would have to queue.
+//
+// First, demand: if the model predicts that the cap plus one still meets
+// the targets shrunk by the hysteresis, the cap is raised by one at once
+// (at most once per second), so that a request never waits behind a cap
+// the model already knows to be too low (light load, a burst).
+//
+// Otherwise the deadline check: the request is refused at once when
 //
 //	(now - arrival) + wait(ahead) + engine TTFT(cap) > its TTFT target,
 //
-// since it would miss its target anyway, and then returns the Retry-After
-// that brings it back when a slot is predicted to free for it: the release
-// it would wait for, counting the requests already told to come back,
-// less half the budget T_ttft - engine TTFT that it may spend queued. With
-// nothing learned yet it admits everything.
-func (c *Controller) Admit(now time.Time, q Query) (ok bool, retryAfter time.Duration) {
+// since it would miss its target anyway, with the Retry-After that brings
+// it back when a slot is predicted to free for it: the release it would
+// wait for, counting the requests already told to come back, less half the
+// budget T_ttft - engine TTFT that it may spend queued. With nothing
+// learned yet it lets everything queue.
+func (c *Controller) Admit(now time.Time, q Query) Verdict {
+	if c.raiseOnDemand(now) {
+		return Verdict{OK: true, Raised: true, Cap: c.cap}
+	}
 	wait, known := c.PredictWait(now, q.Ahead)
 	if !known {
-		return true, 0
+		return Verdict{OK: true, Cap: c.cap}
 	}
 	t := c.targetsOf(q.Targets)
 	eng := c.predictedEngineTTFT(now)
 	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
-		return true, 0
+		return Verdict{OK: true, Cap: c.cap}
 	}
-	return false, c.promise(now, q.Ahead, t.TTFT-eng)
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
+}
+
+// raiseOnDemand raises the cap by one if the model supports it.
+func (c *Controller) raiseOnDemand(now time.Time) bool {
+	if c.cfg.Fixed || !c.gap.ok || !c.ttft.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.gateRaise) < gateRaiseEvery {
+		return false
+	}
+	s := c.spreadAt(now)
+	if c.best(c.classShares(now), 1-hysteresis, s) <= c.cap {
+		return false
+	}
+	old := c.cap
+	c.cap++
+	c.gateRaise, c.changedAt = now, now
+	p := c.predict(c.cap, s)
+	c.reason = fmt.Sprintf("raise %d->%d on demand: at %d predicted P%.0f TPOT %s, engine TTFT %s",
+		old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT))
+	return true
 }
 
 // RetryAfter is the predicted time until a slot frees for a request refused
