@@ -104,12 +104,15 @@ type Decision struct {
 // Constants of the control law; they are physics and statistics, not
 // per-workload tuning, and are the same in every scenario.
 const (
-	// hysteresis: raise only to a level that meets targets shrunk by it,
-	// lower only when the cap misses targets stretched by it.
-	hysteresis = 0.05
-	// raiseEvery is the least time between two raises, so that the new level
-	// is measured before the next step.
-	raiseEvery = 2 * time.Second
+	// hysteresis: raise only to a level whose predicted attainment is at
+	// least P + hysteresis; lower when the cap's is below P.
+	hysteresis = 0.04
+	// settleTime is the least time between two changes of the cap, so that
+	// the new level is measured before the next step.
+	settleTime = 2 * time.Second
+	// bigViolation is how far below P the cap's attainment must be for it to
+	// be lowered by more than one.
+	bigViolation = 0.2
 	// raiseStep and lowerStep bound a step to a share of the cap (at least 1).
 	raiseStep, lowerStep = 0.25, 0.5
 	// tpotPrior and ttftPrior are the spread factors Q_P(r) assumed before
@@ -128,20 +131,24 @@ type Controller struct {
 	ttftShift      shiftDetector
 	tpotR, ttftR   *ratioRing // spread of finished TPOT, of engine TTFT
 	outTokens      *ratioRing // output tokens of recent requests (raw)
-	holdAvg        decayed    // mean slot hold, measured
-	good, finished decayed    // measured attainment
+	ttftSamples    *sampleRing
+	tab            table
+	holdAvg        decayed // mean slot hold, measured
+	good, finished decayed // measured attainment
 	classes        map[slo.Targets]*decayed
 
-	cap        int
-	reason     string
-	changedAt  time.Time
-	lastRaise  time.Time
-	lastProbe  time.Time
+	cap       int
+	reason    string
+	changedAt time.Time
+	lastProbe time.Time
+	shiftAt   time.Time // requests started before it straddle the shift
+	// failed remembers the levels the cap was lowered from: raising back to
+	// one waits a backoff that doubles with each failure there.
+	failed     map[int]failure
 	shifts     int
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
-	gateRaise  time.Time // last raise made by Admit
 }
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.
@@ -149,17 +156,19 @@ func NewController(cfg ControllerConfig) *Controller {
 	cfg = cfg.withDefaults()
 	tau := cfg.Memory
 	c := &Controller{
-		cfg:       cfg,
-		gap:       newCurve(cfg.MaxCap+1, tau, 200),
-		ttft:      newCurve(cfg.MaxCap+1, tau, 20),
-		gapShift:  shiftDetector{tau: 5 * time.Second, k: 1.3, minW: 100},
-		ttftShift: shiftDetector{tau: 15 * time.Second, k: 1.5, minW: 6},
-		tpotR:     newRatioRing(256, 2*tau),
-		ttftR:     newRatioRing(256, 2*tau),
-		outTokens: newRatioRing(256, 2*tau),
-		classes:   map[slo.Targets]*decayed{},
-		cap:       cfg.InitialCap,
-		reason:    "initial",
+		cfg:         cfg,
+		gap:         newCurve(cfg.MaxCap+1, tau, 200),
+		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
+		gapShift:    shiftDetector{tau: 2 * time.Second, k: 1.2, minW: 50},
+		ttftShift:   shiftDetector{tau: 15 * time.Second, k: 1.5, minW: 6},
+		tpotR:       newRatioRing(256, 2*tau),
+		ttftR:       newRatioRing(256, 2*tau),
+		outTokens:   newRatioRing(256, 2*tau),
+		ttftSamples: newSampleRing(64, tau),
+		classes:     map[slo.Targets]*decayed{},
+		failed:      map[int]failure{},
+		cap:         cfg.InitialCap,
+		reason:      "initial",
 	}
 	c.ttft.xOf, c.ttft.prior = c.gap.at, 1
 	if cfg.Fixed {
@@ -184,6 +193,10 @@ func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Du
 		}
 	}
 	c.ttft.add(now, running, y)
+	if now.Add(-engineTTFT).Before(c.shiftAt) {
+		return // began before a shift: neither regime
+	}
+	c.ttftSamples.add(sample{now, max(running, 1), y})
 	if c.ttft.ok {
 		c.ttftR.add(now, y/c.ttft.at(float64(running)))
 	}
@@ -210,10 +223,13 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 		other = c.gap
 	}
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
+	clear(c.failed)     // what failed before may work now, and vice versa
 	// The spreads were measured against the old model.
 	c.tpotR.reset()
 	c.ttftR.reset()
+	c.ttftSamples.reset()
 	c.shifts++
+	c.shiftAt = now
 	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
 	if cv == c.gap {
 		c.ttftShift.reset()
@@ -247,7 +263,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	if f.OutputTokens > 0 {
 		c.outTokens.add(now, float64(f.OutputTokens))
 	}
-	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok {
+	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && !now.Add(-f.Hold).Before(c.shiftAt) {
 		n := f.Running
 		if n < 1 {
 			n = 1

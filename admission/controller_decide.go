@@ -8,78 +8,18 @@ import (
 	"time"
 )
 
-// prediction is what the model predicts at one running count n.
-type prediction struct {
-	// TPOT and TTFT are the predicted P-quantiles of TPOT and engine TTFT:
-	//	TPOT_P(n) = Q_P(tpot / gap(n_i)) * gap(n)
-	//	TTFT_P(n) = Q_P(ttft / ttft(n_i)) * ttft(n)
-	TPOT, TTFT float64
-	// E2E is TTFT_P + (Q_P(output tokens) - 1) * TPOT_P.
-	E2E float64
-	// Hold is the mean slot hold, TTFT_mean + (mean output - 1) * TPOT_mean;
-	// by Little's law the engine completes n/Hold requests per second.
-	Hold float64
-}
-
-// spread holds the measured spread factors for one decision.
-type spread struct {
-	qTPOT, qTTFT, mTPOT, mTTFT float64
-	outP, outMean              float64
-}
-
-func (c *Controller) spreadAt(now time.Time) spread {
-	p := c.cfg.Percentile
-	tp := c.tpotR.values(now)
-	tf := c.ttftR.values(now)
-	out := c.outTokens.values(now)
-	s := spread{
-		qTPOT: quantile(tp, p, tpotPrior, 3, 20),
-		qTTFT: quantile(tf, p, ttftPrior, 3, 20),
-		mTPOT: 1, mTTFT: 1,
-		outP: quantile(out, p, 0, 1, 1), outMean: mean(out),
-	}
-	if len(tp) > 0 {
-		s.mTPOT = mean(tp)
-	}
-	if len(tf) > 0 {
-		s.mTTFT = mean(tf)
-	}
-	return s
-}
-
-func (c *Controller) predict(n int, s spread) prediction {
-	g, f := c.gap.at(float64(n)), c.ttft.at(float64(n))
-	p := prediction{TPOT: s.qTPOT * g, TTFT: s.qTTFT * f}
-	p.E2E = p.TTFT + math.Max(s.outP-1, 0)*p.TPOT
-	p.Hold = s.mTTFT*f + math.Max(s.outMean-1, 0)*s.mTPOT*g
-	return p
-}
-
-// meets reports whether the prediction meets targets t stretched by scale.
-func (p prediction) meets(t slo.Targets, scale float64) bool {
-	ok := p.TPOT <= scale*t.TPOT.Seconds() && p.TTFT <= scale*t.TTFT.Seconds()
-	if t.E2E > 0 {
-		ok = ok && p.E2E <= scale*t.E2E.Seconds()
-	}
-	return ok
-}
-
-// largestMeeting is the largest n in [MinCap, MaxCap] whose prediction
-// meets t at scale (predictions grow with n, so a binary search), or MinCap.
-func (c *Controller) largestMeeting(t slo.Targets, scale float64, s spread) int {
-	lo, hi := c.cfg.MinCap, c.cfg.MaxCap
-	if !c.predict(lo, s).meets(t, scale) {
-		return lo
-	}
-	for lo < hi {
-		mid := (lo + hi + 1) / 2
-		if c.predict(mid, s).meets(t, scale) {
-			lo = mid
-		} else {
-			hi = mid - 1
+// largestMeeting is the largest n in [MinCap, MaxCap] whose predicted
+// attainment of targets t is at least thr, or MinCap.
+func (c *Controller) largestMeeting(t slo.Targets, thr float64) int {
+	a := c.attainment(t)
+	best := c.cfg.MinCap
+	for n := c.cfg.MinCap; n < len(a); n++ {
+		if a[n] < thr {
+			break
 		}
+		best = n
 	}
-	return lo
+	return best
 }
 
 type class struct {
@@ -107,20 +47,22 @@ func (c *Controller) classShares(now time.Time) []class {
 	return out
 }
 
-// best chooses the cap at one scale of the targets. For each class of
-// targets k, n_k is the largest n that meets k; among the n_k it picks the
-// one with the highest predicted goodput
+// best chooses the cap for an attainment threshold thr. For each class of
+// targets k, n_k is the largest n whose predicted attainment of k is at
+// least thr; among the n_k it picks the one with the highest predicted
+// goodput
 //
 //	goodput(n) = n / Hold(n) * sum of share_k over classes with n <= n_k
 //
-// With one class this is the largest n whose P-quantiles meet the targets.
-func (c *Controller) best(classes []class, scale float64, s spread) int {
+// With one class this is the largest n where at least a share thr of the
+// requests is predicted to meet every target.
+func (c *Controller) best(classes []class, thr float64) int {
 	if len(classes) == 1 {
-		return c.largestMeeting(classes[0].t, scale, s)
+		return c.largestMeeting(classes[0].t, thr)
 	}
 	limits := make([]int, len(classes))
 	for i, k := range classes {
-		limits[i] = c.largestMeeting(k.t, scale, s)
+		limits[i] = c.largestMeeting(k.t, thr)
 	}
 	bestN, bestG := c.cfg.MinCap, -1.0
 	for _, n := range limits {
@@ -130,7 +72,7 @@ func (c *Controller) best(classes []class, scale float64, s spread) int {
 				share += k.share
 			}
 		}
-		h := c.predict(n, s).Hold
+		h := c.predict(n).Hold
 		if h <= 0 {
 			continue
 		}
@@ -143,13 +85,13 @@ func (c *Controller) best(classes []class, scale float64, s spread) int {
 }
 
 // Decide refits the model and moves the cap:
-//   - lower, by at most half the cap, when the cap misses the targets and
-//     the engine ran above the largest level that meets them, towards that
-//     level;
-//   - raise, by at most a quarter of the cap and at most every 2s, when a
-//     larger level meets the targets shrunk by the hysteresis (5 %: the
-//     cap holds still while its P-quantiles lie within [0.95, 1] of the
-//     targets) and there is
+//   - lower, by one (by up to half the cap when the predicted attainment is
+//     more than 0.2 below the percentile P), when the cap's predicted
+//     attainment is below P and the engine ran above the largest level
+//     whose attainment is at least P;
+//   - raise, by at most a quarter of the cap, when a larger level's
+//     predicted attainment is at least P + 0.04 (the hysteresis: the cap
+//     holds still while its attainment lies in [P, P + 0.04)) and there is
 //     demand: requests queued or refused, or the engine within
 //     max(1, cap/8) of the cap;
 //   - probe one above the cap, at most once per Memory, when there is
@@ -158,45 +100,97 @@ func (c *Controller) best(classes []class, scale float64, s spread) int {
 //     (the model cannot know it: with one level measured, it extrapolates
 //     proportionally, which is conservative);
 //   - otherwise hold.
+//
+// A level the cap was lowered from is barred from raises for 30s, doubling
+// with each further failure there up to 5 minutes (cleared by a shift).
+//
+// Every change waits settleTime (2s) after the previous one, so that the
+// level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
-	c.gap.fit(now)
-	c.ttft.fit(now)
+	c.refresh(now)
 	if c.cfg.Fixed {
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
-	if !c.gap.ok || !c.ttft.ok {
+	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
-	s := c.spreadAt(now)
 	classes := c.classShares(now)
-	up := c.best(classes, 1-hysteresis, s)
-	down := c.best(classes, 1, s)
+	up := c.best(classes, c.cfg.Percentile+hysteresis)
+	down := c.best(classes, c.cfg.Percentile)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
+	// Each change waits for measurements at the level it left behind.
+	settled := now.Sub(c.changedAt) >= settleTime
 	switch {
-	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down:
-		c.cap = max(down, c.cap-max(1, int(float64(c.cap)*lowerStep)), c.cfg.MinCap)
-		p := c.predict(old, s)
-		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted P%.0f TPOT %s, engine TTFT %s; target level %d",
-			old, c.cap, old, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
-	case up > c.cap && demand && now.Sub(c.lastRaise) >= raiseEvery:
+	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down && settled:
+		step := 1
+		if c.attainment(c.targetsOf(slo.Targets{}))[c.cap] < c.cfg.Percentile-bigViolation {
+			step = max(1, int(float64(c.cap)*lowerStep))
+		}
+		c.cap = max(down, c.cap-step, c.cfg.MinCap)
+		f := c.failed[old]
+		c.failed[old] = failure{at: now, count: f.count + 1}
+		p := c.predict(old)
+		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
+			old, c.cap, old, c.attainment(c.targetsOf(slo.Targets{}))[old], c.cfg.Percentile,
+			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
+	case up > c.cap && demand && settled && c.mayRaiseTo(now, c.cap+1):
 		c.cap = min(up, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
-		p := c.predict(c.cap, s)
-		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted P%.0f TPOT %s, engine TTFT %s; target level %d",
-			old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), up)
-		c.lastRaise = now
-	case demand && up >= c.cap && c.shouldProbe() && now.Sub(c.lastProbe) >= c.cfg.Memory:
+		for n := old + 2; n <= c.cap; n++ {
+			if !c.mayRaiseTo(now, n) {
+				c.cap = n - 1
+				break
+			}
+		}
+		p := c.predict(c.cap)
+		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
+			old, c.cap, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
+			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), up)
+
+	case demand && up >= c.cap && settled && c.shouldProbe() && now.Sub(c.lastProbe) >= c.cfg.Memory:
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
-		c.lastRaise, c.lastProbe = now, now
+		c.lastProbe = now
 	default:
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+// failure is the record of the cap having been lowered from a level.
+type failure struct {
+	at    time.Time
+	count int
+}
+
+// failBackoff is how long a level the cap was lowered from stays barred
+// after its first failure; it doubles with each further one, up to
+// maxFailBackoff.
+const (
+	failBackoff    = 30 * time.Second
+	maxFailBackoff = 5 * time.Minute
+)
+
+// mayRaiseTo reports whether level n is not barred by a recent failure
+// there: a level measured to miss is not retried at once on the strength
+// of an extrapolation, which would make the cap flap between n-1 and n.
+func (c *Controller) mayRaiseTo(now time.Time, n int) bool {
+	f, ok := c.failed[n]
+	if !ok {
+		return true
+	}
+	b := failBackoff << min(f.count-1, 4)
+	if now.Sub(f.at) >= min(b, maxFailBackoff) {
+		if now.Sub(f.at) > 2*maxFailBackoff {
+			delete(c.failed, n)
+		}
+		return true
+	}
+	return false
 }
 
 // shouldProbe reports whether the level above the cap is unknown: the

@@ -69,13 +69,13 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 	m.shifts.Set(float64(c.shifts))
 	m.gapA.Set(c.gap.a)
 	m.gapB.Set(c.gap.b)
-	if c.gap.ok && c.ttft.ok {
-		p := c.predict(c.cap, c.spreadAt(now))
+	if c.tab.ok {
+		p := c.predict(c.cap)
 		m.predTPOT.Set(p.TPOT)
 		m.predTTFT.Set(p.TTFT)
 	}
 	if w, ok := c.PredictWait(now, 0); ok {
 		m.predWait.Set(w.Seconds())
 	}
-	m.attain.Set(c.attainment(now))
+	m.attain.Set(c.measuredAttainment(now))
 }

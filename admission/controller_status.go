@@ -47,25 +47,28 @@ type LevelStatus struct {
 	// PredictedTPOT and PredictedEngineTTFT are the model's P-quantiles.
 	PredictedTPOT       float64 `json:"predicted_tpot_seconds"`
 	PredictedEngineTTFT float64 `json:"predicted_engine_ttft_seconds"`
-	Meets               bool    `json:"meets_targets"`
+	// Attainment is the predicted share of requests meeting the operator's
+	// targets at this level; Meets is Attainment >= the percentile.
+	Attainment float64 `json:"predicted_attainment"`
+	Meets      bool    `json:"meets_targets"`
 }
 
 // Status reports the controller's state. It lists the levels from 1 to
 // twice the cap (at most MaxCap) and any other level with measurements.
 func (c *Controller) Status(now time.Time) ControllerStatus {
-	s := c.spreadAt(now)
+	s := c.tab.s
 	st := ControllerStatus{
 		Mode: "adaptive", Cap: c.cap, Reason: c.reason, ChangedAt: c.changedAt,
 		Percentile: c.cfg.Percentile, MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
 		GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b,
 		TPOTSpread: s.qTPOT, TTFTSpread: s.qTTFT, Shifts: c.shifts, LastShift: c.lastShift,
 	}
-	st.Attainment = c.attainment(now)
+	st.Attainment = c.measuredAttainment(now)
 	if w, ok := c.PredictWait(now, 0); ok {
 		st.PredictedWait = w.Seconds()
 	}
 	t := c.targetsOf(slo.Targets{})
-	ready := c.gap.ok && c.ttft.ok
+	ready := c.tab.ok
 	for n := 1; n <= c.cfg.MaxCap; n++ {
 		gw, gm := c.gap.level(n)
 		tw, tm := c.ttft.level(n)
@@ -74,17 +77,21 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		}
 		l := LevelStatus{Running: n, GapSamples: gw, TTFTSamples: tw, MeanGap: gm, MeanEngineTTFT: tm}
 		if ready {
-			p := c.predict(n, s)
-			l.PredictedTPOT, l.PredictedEngineTTFT, l.Meets = p.TPOT, p.TTFT, p.meets(t, 1)
+			p := c.predict(n)
+			l.PredictedTPOT, l.PredictedEngineTTFT = p.TPOT, p.TTFT
+			if a := c.attainment(t); n < len(a) {
+				l.Attainment = a[n]
+				l.Meets = a[n] >= c.cfg.Percentile
+			}
 		}
 		st.Levels = append(st.Levels, l)
 	}
 	return st
 }
 
-// attainment is the measured share of finished requests that met all their
+// measuredAttainment is the measured share of finished requests that met all their
 // targets, over the memory window; 0 before any finished.
-func (c *Controller) attainment(now time.Time) float64 {
+func (c *Controller) measuredAttainment(now time.Time) float64 {
 	c.good.decay(now, c.cfg.Memory)
 	c.finished.decay(now, c.cfg.Memory)
 	if c.finished.w <= 0 {

@@ -22,8 +22,8 @@ type Query struct {
 // knows anything.
 func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
 	var hold float64
-	if c.gap.ok && c.ttft.ok && len(c.outTokens.values(now)) > 0 {
-		hold = c.predict(c.cap, c.spreadAt(now)).Hold
+	if c.tab.ok && c.tab.s.outMean > 0 {
+		hold = c.predict(c.cap).Hold
 	} else if c.holdAvg.w > 0 {
 		hold = c.holdAvg.mean()
 	}
@@ -35,11 +35,10 @@ func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
 
 // predictedEngineTTFT is the mean engine TTFT at the current cap.
 func (c *Controller) predictedEngineTTFT(now time.Time) time.Duration {
-	if !c.ttft.ok {
+	if !c.tab.ok {
 		return 0
 	}
-	s := c.spreadAt(now)
-	return time.Duration(s.mTTFT * c.ttft.at(float64(c.cap)) * float64(time.Second))
+	return time.Duration(c.predict(c.cap).MeanTTFT * float64(time.Second))
 }
 
 // PredictWait is the predicted queue wait of a request with ahead requests
@@ -66,14 +65,11 @@ type Verdict struct {
 	Cap    int
 }
 
-// gateRaiseEvery bounds raises on demand to one per second.
-const gateRaiseEvery = time.Second
-
 // Admit answers a request that would have to queue.
 //
 // First, demand: if the model predicts that the cap plus one still meets
 // the targets shrunk by the hysteresis, the cap is raised by one at once
-// (at most once per second), so that a request never waits behind a cap
+// (if it has not changed for settleTime), so that a request never waits behind a cap
 // the model already knows to be too low (light load, a burst).
 //
 // Otherwise the deadline check: the request is refused at once when
@@ -103,17 +99,16 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 
 // raiseOnDemand raises the cap by one if the model supports it.
 func (c *Controller) raiseOnDemand(now time.Time) bool {
-	if c.cfg.Fixed || !c.gap.ok || !c.ttft.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.gateRaise) < gateRaiseEvery {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
-	s := c.spreadAt(now)
-	if c.best(c.classShares(now), 1-hysteresis, s) <= c.cap {
+	if c.best(c.classShares(now), c.cfg.Percentile+hysteresis) <= c.cap {
 		return false
 	}
 	old := c.cap
 	c.cap++
-	c.gateRaise, c.changedAt = now, now
-	p := c.predict(c.cap, s)
+	c.changedAt = now
+	p := c.predict(c.cap)
 	c.reason = fmt.Sprintf("raise %d->%d on demand: at %d predicted P%.0f TPOT %s, engine TTFT %s",
 		old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT))
 	return true
