@@ -127,8 +127,8 @@ type Controller struct {
 	cfg ControllerConfig
 
 	gap, ttft      *curve // mean per-chunk gap and engine TTFT against running
-	gapShift       shiftDetector
-	ttftShift      shiftDetector
+	gapShift       *shiftDetector
+	ttftShift      *shiftDetector
 	tpotR, ttftR   *ratioRing // spread of finished TPOT, of engine TTFT
 	outTokens      *ratioRing // output tokens of recent requests (raw)
 	ttftSamples    *sampleRing
@@ -159,8 +159,8 @@ func NewController(cfg ControllerConfig) *Controller {
 		cfg:         cfg,
 		gap:         newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
-		gapShift:    shiftDetector{tau: 2 * time.Second, k: 1.2, minW: 50},
-		ttftShift:   shiftDetector{tau: 15 * time.Second, k: 1.5, minW: 6},
+		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
+		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.5, 6, 15),
 		tpotR:       newRatioRing(256, 2*tau),
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),
@@ -187,11 +187,7 @@ func (c *Controller) Config() ControllerConfig { return c.cfg }
 // requests running on the engine at that moment.
 func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Duration) {
 	y := engineTTFT.Seconds()
-	if w, m := c.ttft.level(running); w >= 4 {
-		if r, shift := c.ttftShift.add(now, y, m); shift {
-			c.shift(now, "engine TTFT", c.ttft, r)
-		}
-	}
+	c.ttftShift.add(now, running, y)
 	c.ttft.add(now, running, y)
 	if now.Add(-engineTTFT).Before(c.shiftAt) {
 		return // began before a shift: neither regime
@@ -206,12 +202,17 @@ func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Du
 // the number of requests running then.
 func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
 	y := gap.Seconds()
-	if w, m := c.gap.level(running); w >= 50 {
-		if r, shift := c.gapShift.add(now, y, m); shift {
-			c.shift(now, "time per token", c.gap, r)
-		}
-	}
+	c.gapShift.add(now, running, y)
 	c.gap.add(now, running, y)
+}
+
+// detectShift checks both latencies at the level the cap holds.
+func (c *Controller) detectShift(now time.Time) {
+	if r, ok := c.gapShift.check(now, c.cap); ok {
+		c.shift(now, "time per token", c.gap, r)
+	} else if r, ok := c.ttftShift.check(now, c.cap); ok {
+		c.shift(now, "engine TTFT", c.ttft, r)
+	}
 }
 
 // shift rescales a curve whose recent samples left its band and cuts the
@@ -231,11 +232,8 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	c.shifts++
 	c.shiftAt = now
 	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
-	if cv == c.gap {
-		c.ttftShift.reset()
-	} else {
-		c.gapShift.reset()
-	}
+	c.gapShift.reset()
+	c.ttftShift.reset()
 }
 
 // ObserveDone records a finished request.

@@ -8,18 +8,24 @@ import (
 	"time"
 )
 
-// largestMeeting is the largest n in [MinCap, MaxCap] whose predicted
-// attainment of targets t is at least thr, or MinCap.
+// largestMeeting is the level the cap should move to for targets t and an
+// attainment threshold thr, looking outward from the cap: if the cap's
+// predicted attainment is at least thr, the last level of the unbroken run
+// of such levels above it; otherwise the nearest level below that reaches
+// thr, or MinCap.
 func (c *Controller) largestMeeting(t slo.Targets, thr float64) int {
 	a := c.attainment(t)
-	best := c.cfg.MinCap
-	for n := c.cfg.MinCap; n < len(a); n++ {
-		if a[n] < thr {
-			break
+	n := max(c.cfg.MinCap, min(c.cap, len(a)-1))
+	if a[n] >= thr {
+		for n+1 < len(a) && a[n+1] >= thr {
+			n++
 		}
-		best = n
+		return n
 	}
-	return best
+	for n > c.cfg.MinCap && a[n] < thr {
+		n--
+	}
+	return n
 }
 
 type class struct {
@@ -108,6 +114,7 @@ func (c *Controller) best(classes []class, thr float64) int {
 // level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
+	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
 		return Decision{Cap: c.cap, Reason: c.reason}

@@ -183,37 +183,66 @@ func (c *curve) level(n int) (w, mean float64) {
 	return l.w, l.mean()
 }
 
-// shiftDetector compares, over a short forgetting window, the sum of observed
-// values with the sum of what the model predicted for them. A ratio
+// shiftDetector watches one latency for a change of regime (an engine
+// slowdown or restart, longer prompts). Per running count it keeps two
+// forgotten means of winsorised samples, min(y, 3*long mean), over a long
+// (the model's memory) and a short window; at the level the cap holds,
 //
-//	R = sum(observed) / sum(predicted)
+//	R = short mean / long mean
 //
-// outside [1/k, k] with at least minW samples' weight means that what the
-// model learned no longer holds (engine slowed down or restarted, prompts
-// got longer): the caller shortens memory by rescaling the model by R.
+// outside [1/k, k] at two checks in a row, with enough weight in both,
+// means that what the model learned there no longer holds. Winsorising
+// keeps the rare long samples (a prefill stalling its neighbours: a gap 50
+// times the typical one) from looking like a shift.
 type shiftDetector struct {
-	tau      time.Duration
-	k, minW  float64
-	obs, pre decayed
+	long, short      time.Duration
+	k                float64
+	minShort, minLon float64
+	lv               []shiftLevel
+	strikes          int
 }
 
-// add records one observation and its prediction; it returns R and true
-// when a shift is detected (and then resets itself).
-func (s *shiftDetector) add(now time.Time, observed, predicted float64) (float64, bool) {
-	if predicted <= 0 {
-		return 1, false
-	}
-	s.obs.add(now, s.tau, observed)
-	s.pre.add(now, s.tau, predicted)
-	if s.obs.w < s.minW {
-		return 1, false
-	}
-	r := s.obs.sum / s.pre.sum
-	if r > s.k || r < 1/s.k {
-		s.obs, s.pre = decayed{}, decayed{}
-		return r, true
-	}
-	return r, false
+type shiftLevel struct{ long, short decayed }
+
+func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong float64) *shiftDetector {
+	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, lv: make([]shiftLevel, maxN+1)}
 }
 
-func (s *shiftDetector) reset() { s.obs, s.pre = decayed{}, decayed{} }
+func (s *shiftDetector) add(now time.Time, n int, y float64) {
+	l := &s.lv[max(1, min(n, len(s.lv)-1))]
+	if l.long.w > 0 {
+		l.long.decay(now, s.long)
+		y = math.Min(y, 3*l.long.mean())
+	}
+	l.long.add(now, s.long, y)
+	l.short.add(now, s.short, y)
+}
+
+// check returns R at level n and whether it stayed out of band for two
+// checks in a row (then the detector clears its short memory).
+func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
+	l := &s.lv[max(1, min(n, len(s.lv)-1))]
+	l.long.decay(now, s.long)
+	l.short.decay(now, s.short)
+	if l.short.w < s.minShort || l.long.w < s.minLon {
+		s.strikes = 0
+		return 1, false
+	}
+	r := l.short.mean() / l.long.mean()
+	if r <= s.k && r >= 1/s.k {
+		s.strikes = 0
+		return r, false
+	}
+	s.strikes++
+	if s.strikes < 2 {
+		return r, false
+	}
+	s.reset()
+	return r, true
+}
+
+// reset forgets everything: after a shift the long means must be relearnt.
+func (s *shiftDetector) reset() {
+	clear(s.lv)
+	s.strikes = 0
+}

@@ -136,8 +136,11 @@ func (c *Controller) predict(n int) prediction {
 //
 // with the engine TTFT samples y_i weighted as in localQuantile, the TPOT
 // ratios r_j of finished requests, and s a logistic step 0.5 % of the target
-// wide, so that attainment moves smoothly as samples come and go. It is made
-// non-increasing in n. Levels far above the cap (beyond 2 cap + 16), where
+// wide, so that attainment moves smoothly as samples come and go. It is not
+// forced to fall with n: samples at a level can come from a transient (a
+// request that waited behind many prefills and got its first token after
+// they ended), and decisions look at the levels next to the cap rather than
+// scanning from the bottom (see largestMeeting). Levels far above the cap (beyond 2 cap + 16), where
 // no single step can reach, are 0. Results are cached until the next
 // refresh.
 func (c *Controller) attainment(t slo.Targets) []float64 {
@@ -149,7 +152,6 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 	top := min(maxN, 2*c.cap+16)
 	tt, tp, te := t.TTFT.Seconds(), t.TPOT.Seconds(), t.E2E.Seconds()
 	step := func(u, width float64) float64 { return 1 / (1 + math.Exp(-u/width)) }
-	prev := 1.0
 	for n := 1; n <= top; n++ {
 		x := c.tab.p[n]
 		at := 1.0
@@ -184,8 +186,7 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 		if te > 0 && x.E2E > te {
 			ae = 0
 		}
-		prev = math.Min(prev, at*ap*ae)
-		a[n] = prev
+		a[n] = at * ap * ae
 	}
 	c.tab.att[t] = a
 	return a
