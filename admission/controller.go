@@ -187,6 +187,7 @@ func (c *Controller) Config() ControllerConfig { return c.cfg }
 // requests running on the engine at that moment.
 func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Duration) {
 	y := engineTTFT.Seconds()
+	c.keepPromise(now)
 	c.ttftShift.add(now, running, y)
 	c.ttft.add(now, running, y)
 	if now.Add(-engineTTFT).Before(c.shiftAt) {

@@ -136,10 +136,13 @@ func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
 }
 
 // Finished records a finished request, with the number of requests
-// running when it ended. Requests that were refused, failed or were
-// cancelled teach the model nothing about latency and are skipped.
+// running when it ended. Requests that were refused or failed teach the
+// model nothing about latency and are skipped; a stream whose client went
+// away still measured what it streamed until then (and a client may close
+// its end the moment the last chunk arrived).
 func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
-	if !rec.Outcome.Completed() || !rec.Streamed {
+	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 ||
+		rec.Outcome.Has(slo.Rejected) || rec.Outcome.Has(slo.EngineError) || rec.Outcome.Has(slo.InvalidRequest) {
 		return
 	}
 	tpot, _ := rec.TPOT()

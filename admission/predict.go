@@ -122,12 +122,26 @@ func (c *Controller) RetryAfter(now time.Time, queued int) time.Duration {
 	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now))
 }
 
+// promiseHorizon bounds how far ahead the controller hands out slots to
+// refused requests: beyond it a client is told the honest predicted wait,
+// but no slot is reserved for it (clients bound how long they wait, and
+// one that comes back early is refused and told again).
+const promiseHorizon = 30 * time.Second
+
 // promise computes a Retry-After and remembers it, so that the next refused
-// request is sent to a later release instead of the same one.
+// request is sent to a later release instead of the same one: the k-th
+// request refused while k-1 promises are outstanding is told
+//
+//	Retry-After = wait(ahead + k - 1) - budget/2,
+//
+// so that it arrives a little before its predicted release and queues for
+// at most its budget. A promise is kept until a first token shows that a
+// request took a slot (see keepPromise) or it is long overdue.
 func (c *Controller) promise(now time.Time, ahead int, budget time.Duration) time.Duration {
+	budget = max(budget, 0)
 	live := c.promises[:0]
 	for _, p := range c.promises {
-		if p.After(now) {
+		if p.After(now.Add(-2*budget - time.Second)) {
 			live = append(live, p)
 		}
 	}
@@ -136,8 +150,16 @@ func (c *Controller) promise(now time.Time, ahead int, budget time.Duration) tim
 	if !ok {
 		return time.Second
 	}
-	if len(c.promises) < 4096 {
+	if wait <= promiseHorizon {
 		c.promises = append(c.promises, now.Add(wait))
 	}
-	return max(wait-max(budget, 0)/2, 0)
+	return max(wait-budget/2, 0)
+}
+
+// keepPromise drops the earliest outstanding promise when a request takes
+// a slot: most likely it was the one told to come back then.
+func (c *Controller) keepPromise(now time.Time) {
+	if len(c.promises) > 0 && c.promises[0].Before(now.Add(c.cfg.TTFT)) {
+		c.promises = c.promises[1:]
+	}
 }
