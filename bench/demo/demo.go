@@ -161,7 +161,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return err
 		}
-		gw, err := newGateway(engURL, gwLn, cfg.scaledTargets(), chooseController(alone), quiet)
+		ctl, err := chooseController(alone)
+		if err != nil {
+			gwLn.Close()
+			return err
+		}
+		gw, err := newGateway(engURL, gwLn, cfg.scaledTargets(), ctl, quiet)
 		if err != nil {
 			gwLn.Close()
 			return err

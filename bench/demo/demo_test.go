@@ -40,10 +40,13 @@ func TestShortDemo(t *testing.T) {
 }
 
 func TestChooseController(t *testing.T) {
-	if c := chooseController(benchReport(nil)); c.Cap != 1 {
+	if c, err := chooseController(benchReport(nil)); err != nil || c.New == nil || !strings.Contains(c.Why, "adaptive") {
+		t.Fatalf("not the adaptive controller: %+v, %v", c, err)
+	}
+	if c := staticAtKnee(benchReport(nil)); c.Cap != 1 {
 		t.Fatalf("no good level: %+v", c)
 	}
-	if c := chooseController(benchReport([]float64{0.2, 0.5, 0.1})); c.Cap != 2 || !strings.Contains(c.Why, "static cap 2") {
+	if c := staticAtKnee(benchReport([]float64{0.2, 0.5, 0.1})); c.Cap != 2 || !strings.Contains(c.Why, "static cap 2") {
 		t.Fatalf("knee at level 2: %+v", c)
 	}
 }

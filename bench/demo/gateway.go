@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/bench"
 	kgw "github.com/kneecap/kneecap/gateway"
 )
@@ -32,12 +33,21 @@ type controller struct {
 }
 
 // chooseController is the one place where the demo picks the gateway's
-// admission controller: the best the gateway has. Today that is a static
-// cap, set where the engine-alone run measured the highest goodput (what an
-// operator would do with kneecap bench). Once the adaptive controller is in
-// the gateway, return controller{New: <its ControllerFunc>, Why: "adaptive
-// cap, no tuning"} here and nothing else changes.
-func chooseController(alone bench.Report) controller {
+// admission controller: the best the gateway has, which is the adaptive
+// controller with its defaults (KNEECAP_SLO_PERCENTILE 0.9, MIN_CAP 1,
+// MAX_CAP 512), no tuning; the engine-alone run does not inform it. The
+// static alternative, kept for comparison, is staticAtKnee.
+func chooseController(bench.Report) (controller, error) {
+	cfg, err := adaptive.ConfigFromEnv(nil) // nothing set: the defaults
+	if err != nil {
+		return controller{}, err
+	}
+	return controller{New: adaptive.New(cfg), Why: "adaptive cap with its defaults, no tuning"}, nil
+}
+
+// staticAtKnee is a static cap where the engine-alone run measured the
+// highest goodput: what an operator would set after running kneecap bench.
+func staticAtKnee(alone bench.Report) controller {
 	k := alone.Knee()
 	if k.Best < 0 {
 		return controller{Cap: 1, Why: "static cap 1 (no level of the engine-alone run had a good request)"}

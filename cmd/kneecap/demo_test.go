@@ -18,7 +18,7 @@ func TestDemoCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}
-	for _, want := range []string{"engine alone", "through kneecap", "static cap", "plot written to " + plot} {
+	for _, want := range []string{"engine alone", "through kneecap", "adaptive cap", "plot written to " + plot} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("stdout lacks %q:\n%s", want, out.String())
 		}
