@@ -358,3 +358,21 @@ func TestRampUp(t *testing.T) {
 		}
 	})
 }
+
+// A request that outlives RequestTimeout fails (it is not merely unfinished)
+// and the user goes on.
+func TestRequestTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &script{TTFT: 2 * time.Second, Tokens: 1}
+		rep, err := Run(t.Context(), Config{BaseURL: "http://e", Client: servePipe(t, eng), Model: "m",
+			Levels: []float64{1}, Requests: 2, RequestTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rep.Levels[0].Summary
+		r := rep.Levels[0].Records[0]
+		if s.Failed != 2 || r.Outcome != Failed || r.End.Sub(r.Due) != time.Second || !strings.Contains(r.Err, "deadline") {
+			t.Fatalf("summary %+v, first record %+v", s, r)
+		}
+	})
+}
