@@ -140,6 +140,9 @@ func (c *Config) body(req Request) []byte {
 // makes the record Unfinished.
 func (c *Config) send(ctx context.Context, client *http.Client, url string, req Request, due time.Time) Record {
 	rec := Record{Due: due, Class: req.Class, User: -1}
+	if req.MaxTokens > 1 {
+		rec.ITL = make([]time.Duration, 0, min(req.MaxTokens-1, 4096))
+	}
 	body := c.body(req)
 	rctx := ctx
 	if c.RequestTimeout > 0 {
