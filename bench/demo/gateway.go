@@ -68,13 +68,17 @@ func newGateway(upstream string, traffic net.Listener, targets bench.Targets, ct
 	if err != nil {
 		return nil, err
 	}
-	cfg := kgw.Config{
-		Upstream: u, Listen: traffic.Addr().String(), AdminListen: admin.Addr().String(),
-		SLOTTFT: targets.TTFT, SLOTPOT: targets.TPOT, SLOE2E: targets.E2E,
-		SLOWindow: 60 * time.Second, MaxConcurrency: ctl.Cap, MaxQueue: 1024,
-		FirstTokenTimeout: 60 * time.Second, MaxBodyBytes: 16 << 20, DrainTimeout: 5 * time.Second,
-		UpstreamHealthPath: "/health", LogFormat: "text",
+	// Start from the gateway's own defaults, as `kneecap serve` would read
+	// them with nothing set, and change only what the demo decides.
+	cfg, err := kgw.ConfigFromEnv([]string{kgw.EnvPrefix + "UPSTREAM=" + u.String()})
+	if err != nil {
+		admin.Close()
+		return nil, err
 	}
+	cfg.Listen, cfg.AdminListen = traffic.Addr().String(), admin.Addr().String()
+	cfg.SLOTTFT, cfg.SLOTPOT, cfg.SLOE2E = targets.TTFT, targets.TPOT, targets.E2E
+	cfg.MaxConcurrency = ctl.Cap
+	cfg.DrainTimeout = 5 * time.Second
 	opts := []kgw.Option{kgw.WithListeners(traffic, admin), kgw.WithLogger(log)}
 	if ctl.New != nil {
 		cfg.MaxConcurrency = 0
