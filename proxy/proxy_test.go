@@ -440,3 +440,63 @@ func TestNoBrokenStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueThroughProxy checks the queue at the HTTP edge: a request that
+// waits its own TTFT target gets 429 queue_timeout; a queued request whose
+// client leaves is gone from the queue at once.
+func TestQueueThroughProxy(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 2 * time.Second}
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 10})
+	s := newSetup(t, eng, Config{Limiter: lim})
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	// Waits its 100 ms TTFT target in the queue, then is refused.
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody, "x-slo-ttft-ms", "100")
+	body := readAll(t, resp)
+	if resp.StatusCode != 429 || resp.Header.Get(HeaderReason) != "queue_timeout" || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(body, `"code":"queue_timeout"`) {
+		t.Fatalf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
+	}
+
+	// A client that leaves the queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	for lim.State().Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-errc
+	for deadline := time.Now().Add(5 * time.Second); lim.State().Queued != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("cancelled request still queued")
+		}
+	}
+	<-held
+	outcomes := map[string]int{}
+	for range 3 {
+		s.rec.last(t) // wait for all three records
+	}
+	s.rec.mu.Lock()
+	for _, r := range s.rec.records {
+		outcomes[r.Outcome.String()+"/"+r.Reason]++
+	}
+	s.rec.mu.Unlock()
+	if outcomes["rejected/queue_timeout"] != 1 || outcomes["client_cancelled/"] != 1 || outcomes["good/"] != 1 {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+}
