@@ -390,50 +390,67 @@ func TestPassthrough(t *testing.T) {
 
 // TestNoBrokenStreams is the regression test for golang/go#40747: an engine
 // that answers (headers and a first event) before it reads the request body
-// must not break any stream. 200 streamed requests, 16 at a time, each with
-// a body large enough to span several TCP writes.
+// must not break any stream. 200 streamed generation requests, 16 at a
+// time, each with a 200 kB body that spans many TCP writes; then 100 on a
+// passthrough path. (A plain httputil.ReverseProxy broke 2 of 208 in this
+// setup.)
 func TestNoBrokenStreams(t *testing.T) {
 	eng := &proxytest.Engine{Flavor: proxytest.VLLM, HeadersFirst: true, Chunks: 8, TokensPerChunk: 2}
-	s := newSetup(t, eng, Config{})
-	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`
-	const total, workers = 200, 16
-	var mu sync.Mutex
-	broken := 0
-	var wg sync.WaitGroup
-	jobs := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for range jobs {
-				resp, err := http.Post(s.gateway.URL+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(body)))
-				ok := err == nil
-				if ok {
-					b, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					evs := events(string(b))
-					ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
+	// The passthrough path /v1/responses streams the same way.
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/responses" {
+			r.URL.Path = "/v1/chat/completions"
+		}
+		eng.ServeHTTP(w, r)
+	})
+	s := newSetup(t, mux, Config{})
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`)
+	for _, tt := range []struct {
+		path  string
+		total int
+	}{{"/v1/chat/completions", 200}, {"/v1/responses", 100}} {
+		var mu sync.Mutex
+		broken := 0
+		var wg sync.WaitGroup
+		jobs := make(chan int)
+		for range 16 {
+			wg.Go(func() {
+				for range jobs {
+					resp, err := http.Post(s.gateway.URL+tt.path, "application/json", bytes.NewReader(body))
+					ok := err == nil
+					if ok {
+						b, err := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						evs := events(string(b))
+						ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
+						if !ok {
+							t.Logf("%s: status %d, %d events, err %v: %.300s", tt.path, resp.StatusCode, len(evs), err, b)
+						}
+					} else {
+						t.Logf("%s: %v", tt.path, err)
+					}
 					if !ok {
-						t.Logf("status %d, %d events, err %v: %.300s", resp.StatusCode, len(evs), err, b)
+						mu.Lock()
+						broken++
+						mu.Unlock()
 					}
 				}
-				if !ok {
-					t.Logf("broken: %v", err)
-					mu.Lock()
-					broken++
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range total {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if broken != 0 {
-		t.Fatalf("%d of %d streams broken", broken, total)
+			})
+		}
+		for i := range tt.total {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		if broken != 0 {
+			t.Fatalf("%s: %d of %d streams broken", tt.path, broken, tt.total)
+		}
 	}
 	s.rec.mu.Lock()
 	defer s.rec.mu.Unlock()
+	if len(s.rec.records) != 200 {
+		t.Fatalf("%d records, want 200 (passthrough is not recorded)", len(s.rec.records))
+	}
 	for _, r := range s.rec.records {
 		if !r.Outcome.Completed() { // good or missed: the machine may be slow
 			t.Fatalf("record %+v", r)
