@@ -94,8 +94,29 @@ type inspected struct {
 }
 
 // Inspect reads one chunk payload (an SSE event's data, without "data: ").
-// It returns an error only when the payload is not JSON.
+// It returns an error only when the payload is not JSON or a field it reads
+// has the wrong type. It does not allocate, except for the Usage it returns.
 func Inspect(data []byte) (ChunkInfo, error) {
+	f, ok := inspectFast(data)
+	if !ok {
+		return inspectSlow(data)
+	}
+	info := ChunkInfo{
+		HasOutput: f.output,
+		Finished:  f.finished,
+		Error:     f.errorObject || f.errorField,
+		UsageOnly: f.usagePresent && !f.choicesNonEmpty,
+	}
+	if f.usagePresent {
+		u := f.usage
+		info.Usage = &u
+	}
+	return info, nil
+}
+
+// inspectSlow is Inspect by encoding/json: the definition of Inspect's
+// answer, used where the fast path cannot vouch for its own.
+func inspectSlow(data []byte) (ChunkInfo, error) {
 	var c inspected
 	if err := json.Unmarshal(data, &c); err != nil {
 		return ChunkInfo{}, err

@@ -5,29 +5,31 @@ import (
 	"testing"
 )
 
+// inspectCases are Inspect's answers on the chunk shapes that matter most.
+var inspectCases = []struct {
+	name string
+	data string
+	want ChunkInfo
+}{
+	{"vllm role chunk", `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, ChunkInfo{}},
+	{"content", `{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`, ChunkInfo{HasOutput: true}},
+	{"reasoning_content", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, ChunkInfo{HasOutput: true}},
+	{"reasoning", `{"choices":[{"delta":{"reasoning":"hm"}}]}`, ChunkInfo{HasOutput: true}},
+	{"tool call", `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}`, ChunkInfo{HasOutput: true}},
+	{"empty tool calls", `{"choices":[{"delta":{"tool_calls":[]}}]}`, ChunkInfo{}},
+	{"text completion", `{"object":"text_completion","choices":[{"index":0,"text":" the"}]}`, ChunkInfo{HasOutput: true}},
+	{"finish only", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, ChunkInfo{Finished: true}},
+	{"usage only", `{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
+		ChunkInfo{UsageOnly: true, Usage: &Usage{5, 7, 12}}},
+	{"llama.cpp last chunk", `{"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
+		ChunkInfo{Finished: true, Usage: &Usage{5, 7, 12}}},
+	{"null usage", `{"choices":[{"delta":{"content":"a"}}],"usage":null}`, ChunkInfo{HasOutput: true}},
+	{"openai error", `{"error":{"message":"boom","type":"server_error"}}`, ChunkInfo{Error: true}},
+	{"vllm error object", `{"object":"error","message":"boom"}`, ChunkInfo{Error: true}},
+}
+
 func TestInspect(t *testing.T) {
-	tests := []struct {
-		name string
-		data string
-		want ChunkInfo
-	}{
-		{"vllm role chunk", `{"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`, ChunkInfo{}},
-		{"content", `{"choices":[{"index":0,"delta":{"content":"Hi"}}]}`, ChunkInfo{HasOutput: true}},
-		{"reasoning_content", `{"choices":[{"delta":{"reasoning_content":"hm"}}]}`, ChunkInfo{HasOutput: true}},
-		{"reasoning", `{"choices":[{"delta":{"reasoning":"hm"}}]}`, ChunkInfo{HasOutput: true}},
-		{"tool call", `{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}`, ChunkInfo{HasOutput: true}},
-		{"empty tool calls", `{"choices":[{"delta":{"tool_calls":[]}}]}`, ChunkInfo{}},
-		{"text completion", `{"object":"text_completion","choices":[{"index":0,"text":" the"}]}`, ChunkInfo{HasOutput: true}},
-		{"finish only", `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, ChunkInfo{Finished: true}},
-		{"usage only", `{"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
-			ChunkInfo{UsageOnly: true, Usage: &Usage{5, 7, 12}}},
-		{"llama.cpp last chunk", `{"choices":[{"delta":{},"finish_reason":"length"}],"usage":{"prompt_tokens":5,"completion_tokens":7,"total_tokens":12}}`,
-			ChunkInfo{Finished: true, Usage: &Usage{5, 7, 12}}},
-		{"null usage", `{"choices":[{"delta":{"content":"a"}}],"usage":null}`, ChunkInfo{HasOutput: true}},
-		{"openai error", `{"error":{"message":"boom","type":"server_error"}}`, ChunkInfo{Error: true}},
-		{"vllm error object", `{"object":"error","message":"boom"}`, ChunkInfo{Error: true}},
-	}
-	for _, tt := range tests {
+	for _, tt := range inspectCases {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Inspect([]byte(tt.data))
 			if err != nil {
