@@ -40,9 +40,14 @@ type EventReader struct {
 	data []byte
 }
 
+// readBufferSize is the reader's buffer. Events are usually well under
+// 1 KiB; a longer line is read in pieces into the event's own slice, so the
+// buffer bounds no event, and a small one keeps the memory per stream low.
+const readBufferSize = 4 << 10
+
 // NewEventReader returns a reader of the events in r.
 func NewEventReader(r io.Reader) *EventReader {
-	return &EventReader{br: bufio.NewReaderSize(r, 16<<10)}
+	return &EventReader{br: bufio.NewReaderSize(r, readBufferSize)}
 }
 
 // Next returns the next event. The slices in the returned Event are valid

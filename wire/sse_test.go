@@ -76,6 +76,26 @@ func TestEventReaderLongLine(t *testing.T) {
 	}
 }
 
+// TestEventReaderBufferBoundary reads events whose lines end just before,
+// at and just after the reader's buffer size, with "\n" and "\r\n" (so
+// that a "\r" can end one buffer and its "\n" begin the next).
+func TestEventReaderBufferBoundary(t *testing.T) {
+	for _, eol := range []string{"\n", "\r\n"} {
+		for _, n := range []int{readBufferSize - 9, readBufferSize - 8, readBufferSize - 7, readBufferSize - 6,
+			readBufferSize, readBufferSize + 1, 2*readBufferSize - 7, 3 * readBufferSize} {
+			payload := strings.Repeat("x", n)
+			ev := "data: " + payload + eol + eol
+			in := ev + ": c" + eol + eol + ev
+			for _, r := range []io.Reader{strings.NewReader(in), iotest.HalfReader(strings.NewReader(in))} {
+				raws, datas := readAll(t, r)
+				if len(raws) != 3 || raws[0] != ev || raws[2] != ev || datas[0] != payload || datas[1] != "<nil>" || datas[2] != payload {
+					t.Fatalf("eol %q, %d bytes: read %d events", eol, n, len(raws))
+				}
+			}
+		}
+	}
+}
+
 func TestEventReaderTooLarge(t *testing.T) {
 	er := NewEventReader(strings.NewReader("data: " + strings.Repeat("x", MaxEventBytes+1) + "\n\n"))
 	if _, err := er.Next(); !errors.Is(err, ErrEventTooLarge) {
