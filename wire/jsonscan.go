@@ -1,0 +1,364 @@
+package wire
+
+// This file is the JSON scanner under Inspect's fast path: it validates
+// syntax exactly as encoding/json's checkValid does (same whitespace, number
+// grammar, string escapes and control-byte rule; no UTF-8 check), reading
+// in place and allocating nothing. It reports failure, never an error: the
+// caller then asks encoding/json, which gives the error.
+
+// maxFastDepth bounds the nesting the fast path follows; deeper input goes to
+// encoding/json, which has its own limit (10000) and error for it.
+const maxFastDepth = 200
+
+// chunkScan is the state of one scan: the payload and the read position.
+type chunkScan struct {
+	data  []byte
+	pos   int
+	depth int
+}
+
+func (s *chunkScan) skipSpace() {
+	for s.pos < len(s.data) {
+		switch s.data[s.pos] {
+		case ' ', '\t', '\n', '\r':
+			s.pos++
+		default:
+			return
+		}
+	}
+}
+
+// next returns the byte at the read position, or 0 at the end.
+func (s *chunkScan) next() byte {
+	if s.pos < len(s.data) {
+		return s.data[s.pos]
+	}
+	return 0
+}
+
+// enter and leave count nesting; enter reports false past maxFastDepth.
+func (s *chunkScan) enter() bool {
+	s.depth++
+	return s.depth <= maxFastDepth
+}
+
+func (s *chunkScan) leave() { s.depth-- }
+
+// key reads a member name and the colon after it, leaving the position at
+// the value. It returns the name's raw bytes; ok is false on bad syntax and
+// on a name with an escape or a non-ASCII byte, which encoding/json may fold
+// onto one of our field names.
+func (s *chunkScan) key() (name []byte, ok bool) {
+	if s.next() != '"' {
+		return nil, false
+	}
+	start := s.pos + 1
+	i := start
+	for ; i < len(s.data); i++ {
+		c := s.data[i]
+		if c == '"' {
+			break
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+	}
+	if i >= len(s.data) {
+		return nil, false
+	}
+	name = s.data[start:i]
+	s.pos = i + 1
+	s.skipSpace()
+	if s.next() != ':' {
+		return nil, false
+	}
+	s.pos++
+	s.skipSpace()
+	return name, true
+}
+
+// afterMember consumes the separator after a member's value: it reports
+// more=true after a comma (position at the next key), more=false after the
+// closing brace.
+func (s *chunkScan) afterMember() (more, ok bool) {
+	s.skipSpace()
+	switch s.next() {
+	case ',':
+		s.pos++
+		s.skipSpace()
+		return true, true
+	case '}':
+		s.pos++
+		return false, true
+	}
+	return false, false
+}
+
+// openObject consumes '{' and reports whether the object has members.
+func (s *chunkScan) openObject() (members, ok bool) {
+	if !s.enter() {
+		return false, false
+	}
+	s.pos++ // '{'
+	s.skipSpace()
+	if s.next() == '}' {
+		s.pos++
+		s.leave()
+		return false, true
+	}
+	return true, true
+}
+
+// is reports whether a member name matches field (lower-case ASCII letters
+// and '_') as encoding/json matches it: exactly or with ASCII case folded.
+func is(name []byte, field string) bool {
+	if len(name) != len(field) {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if c == field[i] {
+			continue
+		}
+		if 'A' <= c && c <= 'Z' && c+('a'-'A') == field[i] {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// intField reads an int field: an integer literal of at most 18 digits sets
+// it, null leaves it. Anything else gives up: a fraction or exponent is a
+// type error, and 19 digits or more may overflow.
+func (s *chunkScan) intField(v *int) bool {
+	if s.next() == 'n' {
+		return s.literal("null")
+	}
+	neg := false
+	if s.next() == '-' {
+		neg = true
+		s.pos++
+	}
+	start := s.pos
+	if s.next() == '0' {
+		s.pos++
+	} else {
+		for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
+			s.pos++
+		}
+	}
+	digits := s.data[start:s.pos]
+	if len(digits) == 0 || len(digits) > 18 {
+		return false
+	}
+	if c := s.next(); c == '.' || c == 'e' || c == 'E' || ('0' <= c && c <= '9') {
+		return false
+	}
+	n := 0
+	for _, c := range digits {
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	*v = n
+	return true
+}
+
+// literal consumes the literal lit (true, false or null).
+func (s *chunkScan) literal(lit string) bool {
+	if len(s.data)-s.pos < len(lit) || string(s.data[s.pos:s.pos+len(lit)]) != lit {
+		return false
+	}
+	s.pos += len(lit)
+	return true
+}
+
+// rawValue skips one value and returns its bytes.
+func (s *chunkScan) rawValue() ([]byte, bool) {
+	start := s.pos
+	if !s.skipValue() {
+		return nil, false
+	}
+	return s.data[start:s.pos], true
+}
+
+// skipValue validates and skips one JSON value starting at the position.
+func (s *chunkScan) skipValue() bool {
+	switch c := s.next(); {
+	case c == '"':
+		_, ok := s.skipString()
+		return ok
+	case c == '{':
+		return s.skipObject()
+	case c == '[':
+		return s.skipArray()
+	case c == 't':
+		return s.literal("true")
+	case c == 'f':
+		return s.literal("false")
+	case c == 'n':
+		return s.literal("null")
+	case c == '-' || ('0' <= c && c <= '9'):
+		return s.skipNumber()
+	}
+	return false
+}
+
+func (s *chunkScan) skipObject() bool {
+	members, ok := s.openObject()
+	if !ok || !members {
+		return ok
+	}
+	for {
+		if s.next() != '"' {
+			return false
+		}
+		if _, ok := s.skipString(); !ok {
+			return false
+		}
+		s.skipSpace()
+		if s.next() != ':' {
+			return false
+		}
+		s.pos++
+		s.skipSpace()
+		if !s.skipValue() {
+			return false
+		}
+		more, ok := s.afterMember()
+		if !ok {
+			return false
+		}
+		if !more {
+			s.leave()
+			return true
+		}
+	}
+}
+
+func (s *chunkScan) skipArray() bool {
+	if !s.enter() {
+		return false
+	}
+	s.pos++
+	s.skipSpace()
+	if s.next() == ']' {
+		s.pos++
+		s.leave()
+		return true
+	}
+	for {
+		if !s.skipValue() {
+			return false
+		}
+		s.skipSpace()
+		switch s.next() {
+		case ',':
+			s.pos++
+			s.skipSpace()
+		case ']':
+			s.pos++
+			s.leave()
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// stringPlain marks the bytes that need no attention inside a string.
+var stringPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// skipString validates and skips the string at the position (which is '"'),
+// reporting whether it held an escape. Like encoding/json's syntax check it
+// rejects control bytes and bad escapes and lets any other byte through.
+func (s *chunkScan) skipString() (escaped, ok bool) {
+	i := s.pos + 1
+	for {
+		for i < len(s.data) && stringPlain[s.data[i]] {
+			i++
+		}
+		if i >= len(s.data) {
+			return false, false
+		}
+		switch s.data[i] {
+		case '"':
+			s.pos = i + 1
+			return escaped, true
+		case '\\':
+			escaped = true
+			if i+1 >= len(s.data) {
+				return false, false
+			}
+			switch s.data[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(s.data) {
+					return false, false
+				}
+				for _, h := range s.data[i+2 : i+6] {
+					if !isHex(h) {
+						return false, false
+					}
+				}
+				i += 6
+			default:
+				return false, false
+			}
+		default: // a control byte
+			return false, false
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+// skipNumber validates and skips a number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func (s *chunkScan) skipNumber() bool {
+	if s.next() == '-' {
+		s.pos++
+	}
+	switch c := s.next(); {
+	case c == '0':
+		s.pos++
+	case '1' <= c && c <= '9':
+		s.digits()
+	default:
+		return false
+	}
+	if s.next() == '.' {
+		s.pos++
+		if !s.digits() {
+			return false
+		}
+	}
+	if c := s.next(); c == 'e' || c == 'E' {
+		s.pos++
+		if c := s.next(); c == '+' || c == '-' {
+			s.pos++
+		}
+		if !s.digits() {
+			return false
+		}
+	}
+	return true
+}
+
+// digits skips [0-9]* and reports whether there was at least one.
+func (s *chunkScan) digits() bool {
+	start := s.pos
+	for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
+		s.pos++
+	}
+	return s.pos > start
+}
