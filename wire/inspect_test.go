@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -206,4 +207,32 @@ func FuzzInspectMatchesReference(f *testing.F) {
 			t.Fatalf("Inspect(%q): %s", data, diff)
 		}
 	})
+}
+
+// TestPlainWord checks the word-at-a-time test of string bytes against the
+// byte table: it must never call a word plain that holds a byte the table
+// marks, at any position, among plain or marked neighbours.
+func TestPlainWord(t *testing.T) {
+	for _, fill := range []byte{'a', 0x7f, 0xff, 0x20, 0x80, '!', '#', '[', ']'} {
+		for pos := 0; pos < 8; pos++ {
+			for c := 0; c < 256; c++ {
+				var w [8]byte
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				plain := true
+				for _, b := range w {
+					plain = plain && stringPlain[b]
+				}
+				got := plainWord(binary.LittleEndian.Uint64(w[:]))
+				if got && !plain {
+					t.Fatalf("plainWord(%q) = true, want false", w)
+				}
+				if !got && plain {
+					t.Errorf("plainWord(%q) = false on a plain word", w)
+				}
+			}
+		}
+	}
 }

@@ -1,5 +1,7 @@
 package wire
 
+import "encoding/binary"
+
 // This file is the JSON scanner under Inspect's fast path: it validates
 // syntax exactly as encoding/json's checkValid does (same whitespace, number
 // grammar, string escapes and control-byte rule; no UTF-8 check), reading
@@ -17,15 +19,21 @@ type chunkScan struct {
 	depth int
 }
 
+// skipSpace skips JSON whitespace. Compact JSON has none, so the common
+// case is one comparison, inlined.
 func (s *chunkScan) skipSpace() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
-			return
-		}
+	if s.pos < len(s.data) && s.data[s.pos] > ' ' {
+		return
 	}
+	s.skipSpaceSlow()
+}
+
+func (s *chunkScan) skipSpaceSlow() {
+	data, i := s.data, s.pos
+	for i < len(data) && (data[i] == ' ' || data[i] == '\t' || data[i] == '\n' || data[i] == '\r') {
+		i++
+	}
+	s.pos = i
 }
 
 // next returns the byte at the read position, or 0 at the end.
@@ -52,27 +60,26 @@ func (s *chunkScan) key() (name []byte, ok bool) {
 	if s.next() != '"' {
 		return nil, false
 	}
+	data := s.data
 	start := s.pos + 1
 	i := start
-	for ; i < len(s.data); i++ {
-		c := s.data[i]
-		if c == '"' {
-			break
-		}
-		if c == '\\' || c < 0x20 || c >= 0x80 {
+	for i < len(data) && keyPlain[data[i]] {
+		i++
+	}
+	if i >= len(data) || data[i] != '"' {
+		return nil, false
+	}
+	name = data[start:i]
+	if i+1 < len(data) && data[i+1] == ':' {
+		s.pos = i + 2
+	} else {
+		s.pos = i + 1
+		s.skipSpace()
+		if s.next() != ':' {
 			return nil, false
 		}
+		s.pos++
 	}
-	if i >= len(s.data) {
-		return nil, false
-	}
-	name = s.data[start:i]
-	s.pos = i + 1
-	s.skipSpace()
-	if s.next() != ':' {
-		return nil, false
-	}
-	s.pos++
 	s.skipSpace()
 	return name, true
 }
@@ -112,18 +119,18 @@ func (s *chunkScan) openObject() (members, ok bool) {
 // is reports whether a member name matches field (lower-case ASCII letters
 // and '_') as encoding/json matches it: exactly or with ASCII case folded.
 func is(name []byte, field string) bool {
-	if len(name) != len(field) {
-		return false
-	}
+	return len(name) == len(field) && (string(name) == field || foldsTo(name, field))
+}
+
+func foldsTo(name []byte, field string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]
-		if c == field[i] {
-			continue
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
 		}
-		if 'A' <= c && c <= 'Z' && c+('a'-'A') == field[i] {
-			continue
+		if c != field[i] {
+			return false
 		}
-		return false
 	}
 	return true
 }
@@ -144,9 +151,7 @@ func (s *chunkScan) intField(v *int) bool {
 	if s.next() == '0' {
 		s.pos++
 	} else {
-		for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
-			s.pos++
-		}
+		s.digits()
 	}
 	digits := s.data[start:s.pos]
 	if len(digits) == 0 || len(digits) > 18 {
@@ -268,6 +273,15 @@ func (s *chunkScan) skipArray() bool {
 	}
 }
 
+// keyPlain marks the bytes the fast path takes in a member name: printable
+// ASCII but the quote and the backslash.
+var keyPlain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // stringPlain marks the bytes that need no attention inside a string.
 var stringPlain = func() (t [256]bool) {
 	for c := 0x20; c < 256; c++ {
@@ -276,35 +290,54 @@ var stringPlain = func() (t [256]bool) {
 	return t
 }()
 
+const (
+	lsbs = 0x0101010101010101
+	msbs = 0x8080808080808080
+)
+
+// plainWord reports whether the 8 bytes in x (read from a string's body)
+// are all plain as stringPlain has it: no quote, backslash or control byte.
+// (b-lsbs)&^b sets a byte's high bit if that byte of b is 0 (b = x^c finds
+// c) or below 0x20 (b = x), or if a borrow came from a lower byte that was;
+// so the word-wide answer is exact (TestPlainWord checks it).
+func plainWord(x uint64) bool {
+	q := x ^ (lsbs * '"')
+	b := x ^ (lsbs * '\\')
+	return ((q-lsbs)&^q|(b-lsbs)&^b|(x-lsbs*0x20)&^x)&msbs == 0
+}
+
 // skipString validates and skips the string at the position (which is '"'),
 // reporting whether it held an escape. Like encoding/json's syntax check it
 // rejects control bytes and bad escapes and lets any other byte through.
 func (s *chunkScan) skipString() (escaped, ok bool) {
-	i := s.pos + 1
+	data, i := s.data, s.pos+1
 	for {
-		for i < len(s.data) && stringPlain[s.data[i]] {
+		for i+8 <= len(data) && plainWord(binary.LittleEndian.Uint64(data[i:])) {
+			i += 8
+		}
+		for i < len(data) && stringPlain[data[i]] {
 			i++
 		}
-		if i >= len(s.data) {
+		if i >= len(data) {
 			return false, false
 		}
-		switch s.data[i] {
+		switch data[i] {
 		case '"':
 			s.pos = i + 1
 			return escaped, true
 		case '\\':
 			escaped = true
-			if i+1 >= len(s.data) {
+			if i+1 >= len(data) {
 				return false, false
 			}
-			switch s.data[i+1] {
+			switch data[i+1] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
 				i += 2
 			case 'u':
-				if i+6 > len(s.data) {
+				if i+6 > len(data) {
 					return false, false
 				}
-				for _, h := range s.data[i+2 : i+6] {
+				for _, h := range data[i+2 : i+6] {
 					if !isHex(h) {
 						return false, false
 					}
@@ -356,9 +389,11 @@ func (s *chunkScan) skipNumber() bool {
 
 // digits skips [0-9]* and reports whether there was at least one.
 func (s *chunkScan) digits() bool {
-	start := s.pos
-	for s.pos < len(s.data) && '0' <= s.data[s.pos] && s.data[s.pos] <= '9' {
-		s.pos++
+	data, i := s.data, s.pos
+	for i < len(data) && '0' <= data[i] && data[i] <= '9' {
+		i++
 	}
-	return s.pos > start
+	ok := i > s.pos
+	s.pos = i
+	return ok
 }
