@@ -84,7 +84,6 @@ type Sim struct {
 	readyAt     time.Time // the startup delay ends
 	wake        chan struct{}
 	done        chan struct{} // closed when Run returns
-	submitCount int64
 }
 
 // New returns a passive engine: nothing runs until Run.
@@ -250,7 +249,6 @@ func (s *Sim) submit(q *seq) error {
 		return errStopped
 	}
 	s.eng.add(q)
-	s.submitCount++
 	select {
 	case s.wake <- struct{}{}:
 	default:
