@@ -74,16 +74,16 @@ type Sim struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	mu          sync.Mutex
-	eng         *engine
-	rng         *rand.Rand
-	nextID      uint64
-	stepFactor  float64
-	started     bool
-	stopped     bool
-	readyAt     time.Time // the startup delay ends
-	wake        chan struct{}
-	done        chan struct{} // closed when Run returns
+	mu         sync.Mutex
+	eng        *engine
+	rng        *rand.Rand
+	nextID     uint64
+	stepFactor float64
+	started    bool
+	stopped    bool
+	readyAt    time.Time // the startup delay ends
+	wake       chan struct{}
+	done       chan struct{} // closed when Run returns
 }
 
 // New returns a passive engine: nothing runs until Run.
