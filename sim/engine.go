@@ -76,6 +76,9 @@ type engine struct {
 	running  []*seq // in admission order; the last one is preempted first
 	kvUsed   int
 	batch    []work
+	// admittedAt is the latest arrival among the sequences the last
+	// schedule admitted: the step cannot have started before it.
+	admittedAt time.Time
 
 	steps       int64
 	preemptions int64
@@ -182,6 +185,7 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	e.admitIncoming()
 	e.sweep()
 	e.batch = e.batch[:0]
+	e.admittedAt = time.Time{}
 	budget := e.p.MaxBatchedTokens
 	preempted := false
 	kvAttended, prefill := 0, 0
@@ -220,6 +224,9 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 		budget -= need
 		prefill += need
 		kvAttended += need
+		if s.arrival.After(e.admittedAt) {
+			e.admittedAt = s.arrival
+		}
 		e.running = append(e.running, s)
 		e.batch = append(e.batch, work{s, need})
 	}
