@@ -49,11 +49,15 @@ type Faults struct {
 	// random number of output tokens (before the last one), with no [DONE].
 	CutRate float64
 	// HangRate is the share of requests that send nothing, not even
-	// headers, for HangFor before they are scheduled.
+	// headers (but see HangAfterHeaders), for HangFor before they are
+	// scheduled.
 	HangRate float64
 	// HangFor is how long a hanging request hangs; 0 means until the client
 	// goes away or the engine stops.
 	HangFor time.Duration
+	// HangAfterHeaders makes a hanging streamed request send its headers
+	// (200, text/event-stream) first and then nothing.
+	HangAfterHeaders bool
 	// SlowStartRate is the share of requests held for SlowStartDelay
 	// before they enter the engine's queue (as an engine loading an adapter).
 	SlowStartRate  float64

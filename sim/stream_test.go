@@ -277,6 +277,25 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	})
+	t.Run("hang after headers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := startSim(t, Config{Profile: Tiny, Faults: Faults{HangRate: 1, HangFor: 5 * time.Second, HangAfterHeaders: true}})
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/completions",
+				strings.NewReader(`{"prompt":"a","max_tokens":3,"stream":true}`))
+			done := make(chan struct{})
+			go func() { s.Handler().ServeHTTP(rec, req); close(done) }()
+			time.Sleep(time.Second)
+			synctest.Wait() // the handler is blocked in its hang; its writes happened before
+			if !rec.Flushed || rec.Code != 200 || rec.Body.Len() != 0 {
+				t.Fatalf("during the hang: flushed %v, code %d, body %q", rec.Flushed, rec.Code, rec.Body.String())
+			}
+			<-done
+			if infos, finished := events(t, rec.Body.Bytes()); !finished || len(infos) == 0 {
+				t.Fatalf("after the hang: %q", rec.Body.String())
+			}
+		})
+	})
 	t.Run("hang then answer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := startSim(t, Config{Profile: Tiny, Faults: Faults{HangRate: 1, HangFor: 5 * time.Second}})
