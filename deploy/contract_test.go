@@ -40,14 +40,22 @@ func contract(t testing.TB) gatewayContract {
 	}
 }
 
-// assumedControllerMetrics are the adaptive controller's metrics (issue 5)
-// that the dashboard's controller row draws. Until the controller exports
-// them, those panels show no data; the live test requires their data only
-// once kneecap exports any kneecap_controller_* metric.
+// assumedControllerMetrics are the adaptive controller's metrics (issue 5,
+// admission/controller_metrics.go on the adaptive branch) that the
+// dashboard's controller row draws. With a static cap they are absent and
+// those panels show no data; the live test requires their data once kneecap
+// exports any kneecap_controller_* metric.
 var assumedControllerMetrics = setOf(
-	"kneecap_controller_adjustments_total",
-	"kneecap_controller_predicted_ttft_seconds",
+	"kneecap_controller_cap",
+	"kneecap_controller_changes_total",
 	"kneecap_controller_predicted_tpot_seconds",
+	"kneecap_controller_predicted_engine_ttft_seconds",
+	"kneecap_controller_predicted_wait_seconds",
+	"kneecap_controller_model_gap_base_seconds",
+	"kneecap_controller_model_gap_per_running_seconds",
+	"kneecap_controller_shifts",
+	"kneecap_controller_deadline_rejections_total",
+	"kneecap_controller_attainment_ratio",
 )
 
 func setOf(names ...string) map[string]bool {
