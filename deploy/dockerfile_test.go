@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/buildinfo"
 	"debug/elf"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -132,30 +134,11 @@ func goDirective(t testing.TB) string {
 	return ""
 }
 
-// TestDockerBuildIsStatic does what `docker build` would without a Docker
-// engine: it copies the build context as .dockerignore filters it, runs the
-// Dockerfile's build line there with its environment, and reads the result:
-// a static ELF executable (no interpreter, no dynamic section) built without
-// cgo and with -trimpath.
+// TestDockerBuildIsStatic builds kneecap as the Dockerfile does (see
+// kneecapBinary) and reads the result: a static ELF executable (no
+// interpreter, no dynamic section) built without cgo and with -trimpath.
 func TestDockerBuildIsStatic(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary; skipped with -short")
-	}
-	root := repoRoot(t)
-	ins := parseDockerfile(t, string(readFile(t, filepath.Join(root, "Dockerfile"))))
-	ignore := dockerignore(t, root)
-	ctx := t.TempDir()
-	copyContext(t, root, ctx, ignore)
-	out := filepath.Join(t.TempDir(), "kneecap")
-	cmdline := strings.Replace(buildCommand(t, ins), "-o /out/kneecap", "-o "+out, 1)
-	cmd := exec.Command("sh", "-c", cmdline)
-	cmd.Dir = ctx
-	cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH,
-		"PATH="+os.Getenv("PATH")+string(os.PathListSeparator)+filepath.Join(runtime.GOROOT(), "bin"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s: %v\n%s", cmdline, err, b)
-	}
-
+	out := kneecapBinary(t)
 	f, err := elf.Open(out)
 	if err != nil {
 		t.Fatal(err)
@@ -183,6 +166,47 @@ func TestDockerBuildIsStatic(t *testing.T) {
 	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" || settings["GOOS"] != "linux" {
 		t.Errorf("build settings %v: want CGO_ENABLED=0, -trimpath, GOOS=linux", settings)
 	}
+}
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// kneecapBinary builds kneecap once per test run as `docker build` would
+// without a Docker engine: from a copy of the build context filtered by
+// .dockerignore, with the Dockerfile's own build line and environment.
+func kneecapBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the kneecap binary; skipped with -short")
+	}
+	buildOnce.Do(func() { builtBin, buildErr = dockerBuild(t) })
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+func dockerBuild(t testing.TB) (string, error) {
+	root := repoRoot(t)
+	ins := parseDockerfile(t, string(readFile(t, filepath.Join(root, "Dockerfile"))))
+	ctx := filepath.Join(binDir, "context")
+	if err := os.MkdirAll(ctx, 0o755); err != nil {
+		return "", err
+	}
+	copyContext(t, root, ctx, dockerignore(t, root))
+	out := filepath.Join(binDir, "kneecap")
+	cmdline := strings.Replace(buildCommand(t, ins), "-o /out/kneecap", "-o "+out, 1)
+	cmd := exec.Command("sh", "-c", cmdline)
+	cmd.Dir = ctx
+	cmd.Env = append(os.Environ(), "TARGETOS=linux", "TARGETARCH="+runtime.GOARCH,
+		"PATH="+os.Getenv("PATH")+string(os.PathListSeparator)+filepath.Join(runtime.GOROOT(), "bin"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", cmdline, err, b)
+	}
+	return out, nil
 }
 
 // ignoreRule is one .dockerignore line. Only plain patterns are used (no "!"
