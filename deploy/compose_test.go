@@ -1,13 +1,16 @@
 package deploy
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -188,4 +191,26 @@ func containsString(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// TestComposeCommands runs each compose service's kneecap command line with
+// -h appended: every flag it gives must be one the subcommand defines.
+// (kneecap serve is configured by environment only and is not run here.)
+func TestComposeCommands(t *testing.T) {
+	c := loadCompose(t)
+	bin := kneecapBinary(t)
+	for name, s := range c.Services {
+		if s.Image != "kneecap:dev" || len(s.Command) == 0 || s.Command[0] == "serve" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			requireCommand(t, bin, s.Command[0])
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, bin, append(slices.Clone(s.Command), "-h")...).CombinedOutput()
+			if err != nil {
+				t.Errorf("kneecap %s -h: %v\n%s", strings.Join(s.Command, " "), err, out)
+			}
+		})
+	}
 }
