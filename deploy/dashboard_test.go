@@ -149,8 +149,8 @@ func TestDashboard(t *testing.T) {
 	}
 	// The targets are drawn next to the latencies they bound.
 	for metric, target := range map[string]string{
-		"instance_kind:kneecap_ttft_seconds:quantile1m": "kneecap:slo_target_ttft:seconds",
-		"instance:kneecap_tpot_seconds:quantile1m":      "kneecap:slo_target_tpot:seconds",
+		"instance_kind:kneecap_ttft_seconds:quantile1m": "kneecap_slo_target_seconds",
+		"instance:kneecap_tpot_seconds:quantile1m":      "kneecap_slo_target_seconds",
 		"kneecap_slo_attainment_ratio":                  "kneecap:slo_target_attainment:ratio",
 	} {
 		found := false
