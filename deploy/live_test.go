@@ -73,6 +73,11 @@ func TestLivePrometheus(t *testing.T) {
 		for _, route := range gw.adminRoutes {
 			checkGET(t, "http://"+r.admin+route)
 		}
+		// The ServiceMonitor's second endpoint: the engine's own metrics
+		// through kneecap's traffic port.
+		if body := getBody(t, "http://"+r.traffic+"/metrics"); !strings.Contains(body, "vllm:") {
+			t.Errorf("GET /metrics on kneecap's traffic port does not reach the engine's metrics:\n%.300s", body)
+		}
 	}
 
 	// Prometheus with the labels a ServiceMonitor gives (so that the KEDA
@@ -465,6 +470,18 @@ func checkGET(t *testing.T, url string) {
 	if resp.StatusCode != http.StatusOK {
 		t.Errorf("GET %s: %s", url, resp.Status)
 	}
+}
+
+func getBody(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
 
 func writeFile(t *testing.T, path string, b []byte) {
