@@ -18,6 +18,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -352,7 +353,7 @@ func checkService(t *testing.T, s *corev1.Service, pod corev1.PodTemplateSpec, k
 
 func checkPDB(t *testing.T, p *policyv1.PodDisruptionBudget, pod corev1.PodTemplateSpec) {
 	t.Helper()
-	sel, err := metav1LabelSelector(p.Spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
 	if err != nil || !sel.Matches(labels.Set(pod.Labels)) {
 		t.Errorf("PodDisruptionBudget selector does not select the pods: %v", err)
 	}
@@ -363,7 +364,7 @@ func checkPDB(t *testing.T, p *policyv1.PodDisruptionBudget, pod corev1.PodTempl
 
 func checkMonitor(t *testing.T, m *monitoringv1.ServiceMonitor, s *corev1.Service, gw gatewayContract) {
 	t.Helper()
-	sel, err := metav1LabelSelector(&m.Spec.Selector)
+	sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
 	if err != nil || !sel.Matches(labels.Set(s.Labels)) {
 		t.Errorf("ServiceMonitor selector does not select the Service (labels %v): %v", s.Labels, err)
 	}
