@@ -59,7 +59,7 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 		Tests []struct {
 			AlertRuleTest []struct {
 				Alertname string   `json:"alertname"`
-				ExpAlerts []rawAny `json:"exp_alerts"`
+				ExpAlerts []any `json:"exp_alerts"`
 			} `json:"alert_rule_test"`
 		} `json:"tests"`
 	}
@@ -96,7 +96,6 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 	}
 }
 
-type rawAny = any
 
 // TestPrometheusRuleMatchesRulesFile keeps the Prometheus Operator's copy of
 // the rules equal to the file promtool tests. -update rewrites the copy.
