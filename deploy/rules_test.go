@@ -58,8 +58,8 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 	var tests struct {
 		Tests []struct {
 			AlertRuleTest []struct {
-				Alertname string   `json:"alertname"`
-				ExpAlerts []any `json:"exp_alerts"`
+				Alertname string `json:"alertname"`
+				ExpAlerts []any  `json:"exp_alerts"`
 			} `json:"alert_rule_test"`
 		} `json:"tests"`
 	}
@@ -95,7 +95,6 @@ func TestEveryAlertIsUnitTested(t *testing.T) {
 		t.Errorf("only %d alerts in %s", n, rulesFile)
 	}
 }
-
 
 // TestPrometheusRuleMatchesRulesFile keeps the Prometheus Operator's copy of
 // the rules equal to the file promtool tests. -update rewrites the copy.
