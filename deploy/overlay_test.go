@@ -403,7 +403,10 @@ func checkAutoscaler(t *testing.T, r rendered, keda bool, gw gatewayContract) {
 			t.Errorf("ScaledObject targets %+v, not Deployment %s", so.ScaleTargetRef, r.deployment.Name)
 		}
 		if so.MinReplicaCount == nil || *so.MinReplicaCount < 1 {
-			t.Error("ScaledObject must keep one replica: the signal comes from a running kneecap")
+			t.Fatal("ScaledObject must keep one replica: the signal comes from a running kneecap")
+		}
+		if so.MaxReplicaCount == nil || *so.MaxReplicaCount < *so.MinReplicaCount {
+			t.Errorf("ScaledObject maxReplicaCount %v below minReplicaCount %d", so.MaxReplicaCount, *so.MinReplicaCount)
 		}
 		if len(so.Triggers) != 1 || so.Triggers[0].Type != "prometheus" {
 			t.Fatalf("ScaledObject triggers %+v: want one prometheus trigger", so.Triggers)
@@ -436,6 +439,9 @@ func checkAutoscaler(t *testing.T, r rendered, keda bool, gw gatewayContract) {
 	h := r.hpa.Spec
 	if h.ScaleTargetRef.Kind != "Deployment" || h.ScaleTargetRef.Name != r.deployment.Name || h.ScaleTargetRef.APIVersion != "apps/v1" {
 		t.Errorf("HPA targets %+v, not Deployment %s", h.ScaleTargetRef, r.deployment.Name)
+	}
+	if h.MinReplicas == nil || *h.MinReplicas < 1 || h.MaxReplicas < *h.MinReplicas {
+		t.Errorf("HPA replicas %v..%d: want at least one, and max >= min", h.MinReplicas, h.MaxReplicas)
 	}
 	if len(h.Metrics) != 1 || h.Metrics[0].Pods == nil {
 		t.Fatalf("HPA metrics %+v: want one Pods metric", h.Metrics)
