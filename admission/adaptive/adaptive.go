@@ -1,0 +1,141 @@
+// Package adaptive plugs the adaptive controller of package admission into
+// the gateway.
+//
+// # Overview
+//
+// [New] returns a gateway.ControllerFunc. With KNEECAP_MAX_CONCURRENCY
+// unset the controller sets the cap itself (admission.Controller); with it
+// set the cap stays where the operator put it, but the controller still
+// learns the latency model, refuses at once a request predicted to miss
+// its TTFT target in the queue (reason "deadline"), and computes
+// Retry-After. [Controller] adapts the proxy's observations to the
+// controller's, and is the gateway's Controller, Observer, Gate,
+// RetryEstimator and StatusReporter at once. [ConfigFromEnv] reads the
+// knobs KNEECAP_SLO_PERCENTILE (0.9), KNEECAP_MIN_CAP (1) and
+// KNEECAP_MAX_CAP (512).
+//
+// # Concurrency model
+//
+// A Controller is safe for concurrent use: the admission.Runner it wraps
+// serialises everything under one mutex. Run is its only goroutine and ends
+// with its context.
+//
+// # Ownership
+//
+// Owned by the adaptive-admission work stream. The gateway owns the
+// limiter; the controller changes it only through SetLimit and the hooks.
+package adaptive
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/gateway"
+	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// Config holds the controller's knobs (KNEECAP_ prefix). The zero value of
+// each field means its default.
+type Config struct {
+	// Percentile is the share of requests that must meet every target at
+	// the chosen cap.
+	Percentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
+	// MinCap and MaxCap bound the cap.
+	MinCap int `env:"MIN_CAP" envDefault:"1"`
+	MaxCap int `env:"MAX_CAP" envDefault:"512"`
+	// OnChange, when set, is told about every change of the cap (for a
+	// harness recording the trajectory); not from the environment.
+	OnChange func(now time.Time, d admission.Decision) `env:"-"`
+}
+
+// ConfigFromEnv reads the knobs from environ (as os.Environ returns it).
+// A bad value is an error whose message names the variable.
+func ConfigFromEnv(environ []string) (Config, error) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	var c Config
+	if err := env.ParseWithOptions(&c, env.Options{Prefix: gateway.EnvPrefix, Environment: m}); err != nil {
+		var agg env.AggregateError
+		if errors.As(err, &agg) && len(agg.Errors) > 0 {
+			err = agg.Errors[0]
+		}
+		return c, err
+	}
+	switch {
+	case c.Percentile <= 0 || c.Percentile >= 1:
+		return c, fmt.Errorf("%sSLO_PERCENTILE: %v must be between 0 and 1 (exclusive)", gateway.EnvPrefix, c.Percentile)
+	case c.MinCap < 1:
+		return c, fmt.Errorf("%sMIN_CAP: %d must be at least 1", gateway.EnvPrefix, c.MinCap)
+	case c.MaxCap < c.MinCap:
+		return c, fmt.Errorf("%sMAX_CAP: %d must be at least KNEECAP_MIN_CAP (%d)", gateway.EnvPrefix, c.MaxCap, c.MinCap)
+	}
+	return c, nil
+}
+
+// New returns the ControllerFunc that builds a Controller for the gateway:
+// adaptive when the gateway's MaxConcurrency is unset, fixed at it when set.
+func New(cfg Config) gateway.ControllerFunc {
+	return func(h gateway.Host) (gateway.Controller, error) {
+		t := h.Config.Targets()
+		cc := admission.ControllerConfig{
+			TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
+			Percentile: cfg.Percentile, MinCap: cfg.MinCap, MaxCap: cfg.MaxCap,
+		}
+		if n := h.Config.MaxConcurrency; n > 0 {
+			cc.Fixed, cc.InitialCap, cc.MaxCap = true, n, max(cc.MaxCap, n)
+		}
+		r, err := admission.NewRunner(admission.RunnerConfig{
+			Controller: cc, Limiter: h.Limiter, Logger: h.Logger, Registerer: h.Registerer,
+			OnChange: cfg.OnChange,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return &Controller{Runner: r, lim: h.Limiter}, nil
+	}
+}
+
+// Controller is the gateway's view of an admission.Runner: it receives the
+// proxy's observations and is the limiter's Gate and RetryEstimator.
+type Controller struct {
+	*admission.Runner
+	lim *admission.Limiter
+}
+
+var (
+	_ gateway.Controller       = (*Controller)(nil)
+	_ gateway.StatusReporter   = (*Controller)(nil)
+	_ proxy.Observer           = (*Controller)(nil)
+	_ admission.Gate           = (*Controller)(nil)
+	_ admission.RetryEstimator = (*Controller)(nil)
+)
+
+// NewController wraps a runner driving lim (for harnesses that build the
+// limiter and proxy themselves).
+func NewController(r *admission.Runner, lim *admission.Limiter) *Controller {
+	return &Controller{Runner: r, lim: lim}
+}
+
+// FirstChunk implements proxy.Observer.
+func (c *Controller) FirstChunk(fc proxy.FirstChunk) {
+	c.Runner.FirstChunk(fc.At, fc.Running, fc.EngineTTFT)
+}
+
+// Chunk implements proxy.Observer.
+func (c *Controller) Chunk(ch proxy.Chunk) { c.Runner.Chunk(ch.At, ch.Running, ch.Gap) }
+
+// Done implements proxy.Observer; the running count is read from the
+// limiter as the request ends.
+func (c *Controller) Done(r slo.Record) {
+	c.Runner.Finished(time.Now(), r, c.lim.State().Running)
+}

@@ -1,0 +1,298 @@
+package admission
+
+import (
+	"fmt"
+	"github.com/kneecap/kneecap/slo"
+	"math"
+	"time"
+)
+
+// ControllerConfig sets the adaptive controller. The zero value of every
+// field means its default.
+type ControllerConfig struct {
+	// TTFT, TPOT and E2E are the operator's targets, used for requests that
+	// carry none of their own and before any request finished. Zero TTFT
+	// means 1s, zero TPOT 100ms, zero E2E no E2E target.
+	TTFT, TPOT, E2E time.Duration
+	// Percentile is the share of requests whose latencies must meet the
+	// targets at the chosen cap (0.9: P90 within targets).
+	Percentile float64
+	// MinCap (default 1) and MaxCap (default 512) bound the cap.
+	MinCap, MaxCap int
+	// InitialCap is the cap before anything was measured (default MinCap).
+	// The cap grows from there with demand, one request at a time, as the
+	// model learns; starting low keeps a start-up burst of prefills from
+	// teaching the model latencies that steady state does not have.
+	InitialCap int
+	// Fixed keeps the cap at InitialCap: the model still learns and the
+	// deadline check and Retry-After still use it, but Decide never moves
+	// the cap (KNEECAP_MAX_CONCURRENCY set).
+	Fixed bool
+	// Memory is the time constant over which the model forgets (default
+	// 60s); a detected shift cuts the old memory to a tenth of its weight.
+	Memory time.Duration
+	// Interval is how often Run calls Decide (default 1s).
+	Interval time.Duration
+}
+
+func (c ControllerConfig) withDefaults() ControllerConfig {
+	if c.TTFT <= 0 {
+		c.TTFT = time.Second
+	}
+	if c.TPOT <= 0 {
+		c.TPOT = 100 * time.Millisecond
+	}
+	if c.Percentile <= 0 || c.Percentile >= 1 {
+		c.Percentile = 0.9
+	}
+	if c.MinCap < 1 {
+		c.MinCap = 1
+	}
+	if c.MaxCap <= 0 {
+		c.MaxCap = 512
+	}
+	c.MaxCap = max(c.MaxCap, c.MinCap)
+	if c.InitialCap <= 0 {
+		c.InitialCap = c.MinCap
+	}
+	c.InitialCap = max(c.MinCap, min(c.InitialCap, c.MaxCap))
+	if c.Memory <= 0 {
+		c.Memory = time.Minute
+	}
+	if c.Interval <= 0 {
+		c.Interval = time.Second
+	}
+	return c
+}
+
+// Finished is what the controller learns from one completed request.
+type Finished struct {
+	// Running is the mean number of requests running on the engine over the
+	// request's decode (or, if unknown, the count at its first token).
+	Running float64
+	// EngineTTFT is forwarding to first output; TPOT is vLLM's
+	// (E2E - TTFT)/(output_tokens - 1), zero with fewer than 2 tokens.
+	EngineTTFT, TPOT time.Duration
+	// Hold is how long the request held its slot (forwarding to end).
+	Hold time.Duration
+	// OutputTokens is the engine's usage count.
+	OutputTokens int
+	// Targets are the request's own targets (zero fields: the operator's).
+	Targets slo.Targets
+	// Good reports whether the request met all its targets as the client
+	// felt them (queue wait included); kept for the measured attainment.
+	Good bool
+}
+
+// Load is the limiter's view since the previous Decide.
+type Load struct {
+	// Running and Queued are the counts now.
+	Running, Queued int
+	// PeakRunning and PeakQueued are the highest counts seen since the
+	// previous Decide; Rejected is the number of requests refused since.
+	PeakRunning, PeakQueued, Rejected int
+}
+
+// Decision is the outcome of one Decide.
+type Decision struct {
+	Cap     int
+	Changed bool
+	// Reason explains the cap (the last change, or why it holds).
+	Reason string
+}
+
+// Constants of the control law; they are physics and statistics, not
+// per-workload tuning, and are the same in every scenario.
+const (
+	// hysteresis: raise only to a level whose predicted attainment is at
+	// least P + hysteresis; lower when the cap's is below P.
+	hysteresis = 0.04
+	// settleTime is the least time between two changes of the cap, so that
+	// the new level is measured before the next step.
+	settleTime = 2 * time.Second
+	// bigViolation is how far below P the cap's attainment must be for it to
+	// be lowered by more than one.
+	bigViolation = 0.2
+	// raiseStep and lowerStep bound a step to a share of the cap (at least 1).
+	raiseStep, lowerStep = 0.25, 0.5
+	// tpotPrior and ttftPrior are the spread factors Q_P(r) assumed before
+	// enough measurements exist.
+	tpotPrior, ttftPrior = 1.05, 1.5
+)
+
+// Controller chooses the concurrency cap from live measurements. It is pure
+// logic: every method takes the time as an argument and it starts nothing.
+// It is not safe for concurrent use; the Runner serialises calls.
+type Controller struct {
+	cfg ControllerConfig
+
+	gap, ttft      *curve // mean per-chunk gap and engine TTFT against running
+	gapShift       *shiftDetector
+	ttftShift      *shiftDetector
+	tpotR, ttftR   *ratioRing // spread of finished TPOT, of engine TTFT
+	outTokens      *ratioRing // output tokens of recent requests (raw)
+	ttftSamples    *sampleRing
+	tab            table
+	holdAvg        decayed // mean slot hold, measured
+	good, finished decayed // measured attainment
+	classes        map[slo.Targets]*decayed
+
+	cap       int
+	reason    string
+	changedAt time.Time
+	lastProbe time.Time
+	shiftAt   time.Time // requests started before it straddle the shift
+	// failed remembers the levels the cap was lowered from: raising back to
+	// one waits a backoff that doubles with each failure there.
+	failed     map[int]failure
+	shifts     int
+	lastShift  string
+	promises   []time.Time // Retry-After times promised to rejected requests
+	lastDecide time.Time
+}
+
+// NewController returns a controller at cfg.InitialCap. It starts nothing.
+func NewController(cfg ControllerConfig) *Controller {
+	cfg = cfg.withDefaults()
+	tau := cfg.Memory
+	c := &Controller{
+		cfg:         cfg,
+		gap:         newCurve(cfg.MaxCap+1, tau, 200),
+		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
+		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
+		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.5, 6, 15),
+		tpotR:       newRatioRing(256, 2*tau),
+		ttftR:       newRatioRing(256, 2*tau),
+		outTokens:   newRatioRing(256, 2*tau),
+		ttftSamples: newSampleRing(64, tau),
+		classes:     map[slo.Targets]*decayed{},
+		failed:      map[int]failure{},
+		cap:         cfg.InitialCap,
+		reason:      "initial",
+	}
+	c.ttft.xOf, c.ttft.prior = c.gap.at, 1
+	if cfg.Fixed {
+		c.reason = "fixed by the operator"
+	}
+	return c
+}
+
+// Cap returns the current cap.
+func (c *Controller) Cap() int { return c.cap }
+
+// Config returns the configuration with defaults applied.
+func (c *Controller) Config() ControllerConfig { return c.cfg }
+
+// ObserveFirst records a first output chunk: engine TTFT with the number of
+// requests running on the engine at that moment.
+func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Duration) {
+	y := engineTTFT.Seconds()
+	c.keepPromise(now)
+	c.ttftShift.add(now, running, y)
+	c.ttft.add(now, running, y)
+	if now.Add(-engineTTFT).Before(c.shiftAt) {
+		return // began before a shift: neither regime
+	}
+	c.ttftSamples.add(sample{now, max(running, 1), y})
+	if c.ttft.ok {
+		c.ttftR.add(now, y/c.ttft.at(float64(running)))
+	}
+}
+
+// ObserveGap records the gap between two output chunks of one stream with
+// the number of requests running then.
+func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
+	y := gap.Seconds()
+	c.gapShift.add(now, running, y)
+	c.gap.add(now, running, y)
+}
+
+// detectShift checks both latencies at the level the cap holds.
+func (c *Controller) detectShift(now time.Time) {
+	if r, ok := c.gapShift.check(now, c.cap); ok {
+		c.shift(now, "time per token", c.gap, r)
+	} else if r, ok := c.ttftShift.check(now, c.cap); ok {
+		c.shift(now, "engine TTFT", c.ttft, r)
+	}
+}
+
+// shift rescales a curve whose recent samples left its band and cuts the
+// weight of everything learned before.
+func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
+	cv.scale(r, 0.1)
+	other := c.ttft
+	if cv == c.ttft {
+		other = c.gap
+	}
+	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
+	clear(c.failed)     // what failed before may work now, and vice versa
+	// The spreads were measured against the old model.
+	c.tpotR.reset()
+	c.ttftR.reset()
+	c.ttftSamples.reset()
+	c.shifts++
+	c.shiftAt = now
+	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
+	c.gapShift.reset()
+	c.ttftShift.reset()
+}
+
+// ObserveDone records a finished request.
+func (c *Controller) ObserveDone(now time.Time, f Finished) {
+	tau := c.cfg.Memory
+	c.finished.add(now, tau, 1)
+	if f.Good {
+		c.good.add(now, tau, 1)
+	} else {
+		c.good.decay(now, tau)
+	}
+	t := c.targetsOf(f.Targets)
+	d := c.classes[t]
+	if d == nil {
+		if len(c.classes) >= 16 { // bounded: forget the faintest class
+			c.dropFaintestClass(now)
+		}
+		d = &decayed{}
+		c.classes[t] = d
+	}
+	d.add(now, tau, 1)
+	if f.Hold > 0 {
+		c.holdAvg.add(now, tau, f.Hold.Seconds())
+	}
+	if f.OutputTokens > 0 {
+		c.outTokens.add(now, float64(f.OutputTokens))
+	}
+	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && !now.Add(-f.Hold).Before(c.shiftAt) {
+		n := f.Running
+		if n < 1 {
+			n = 1
+		}
+		c.tpotR.add(now, f.TPOT.Seconds()/c.gap.at(n))
+	}
+}
+
+func (c *Controller) dropFaintestClass(now time.Time) {
+	var worst slo.Targets
+	w := math.Inf(1)
+	for t, d := range c.classes {
+		d.decay(now, c.cfg.Memory)
+		if d.w < w {
+			worst, w = t, d.w
+		}
+	}
+	delete(c.classes, worst)
+}
+
+// targetsOf fills unset fields with the operator's targets.
+func (c *Controller) targetsOf(t slo.Targets) slo.Targets {
+	if t.TTFT <= 0 {
+		t.TTFT = c.cfg.TTFT
+	}
+	if t.TPOT <= 0 {
+		t.TPOT = c.cfg.TPOT
+	}
+	if t.E2E <= 0 {
+		t.E2E = c.cfg.E2E
+	}
+	return t
+}

@@ -1,0 +1,81 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// controllerMetrics are the kneecap_controller_* metrics. With a nil
+// registerer they are kept but not exported.
+type controllerMetrics struct {
+	cap      prometheus.Gauge
+	changes  *prometheus.CounterVec
+	shifts   prometheus.Gauge
+	deadline prometheus.Counter
+	predTPOT prometheus.Gauge
+	predTTFT prometheus.Gauge
+	predWait prometheus.Gauge
+	gapA     prometheus.Gauge
+	gapB     prometheus.Gauge
+	attain   prometheus.Gauge
+}
+
+func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts{Name: "kneecap_controller_" + name, Help: help})
+	}
+	m := &controllerMetrics{
+		cap: g("cap", "Concurrency cap chosen by the adaptive controller."),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kneecap_controller_changes_total", Help: "Changes of the cap, by direction (raise, lower).",
+		}, []string{"direction"}),
+		shifts: g("shifts", "Workload or engine shifts detected (the model's memory was cut)."),
+		deadline: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kneecap_controller_deadline_rejections_total",
+			Help: "Requests refused at once because predicted wait + engine TTFT exceeded their TTFT target.",
+		}),
+		predTPOT: g("predicted_tpot_seconds", "Predicted TPOT at the cap, at the target percentile."),
+		predTTFT: g("predicted_engine_ttft_seconds", "Predicted engine TTFT at the cap, at the target percentile."),
+		predWait: g("predicted_wait_seconds", "Predicted queue wait of a request joining an empty queue."),
+		gapA:     g("model_gap_base_seconds", "Fitted fixed part a of the time per output chunk, a + b x running."),
+		gapB:     g("model_gap_per_running_seconds", "Fitted part b per running request of the time per output chunk."),
+		attain:   g("attainment_ratio", "Measured share of finished requests that met all their targets."),
+	}
+	m.changes.WithLabelValues("raise")
+	m.changes.WithLabelValues("lower")
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
+			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain} {
+			if err := reg.Register(c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return m, nil
+}
+
+func (m *controllerMetrics) change(from, to int) {
+	m.cap.Set(float64(to))
+	if to > from {
+		m.changes.WithLabelValues("raise").Inc()
+	} else {
+		m.changes.WithLabelValues("lower").Inc()
+	}
+}
+
+// observe copies the controller's state after a decision.
+func (m *controllerMetrics) observe(c *Controller, now time.Time) {
+	m.shifts.Set(float64(c.shifts))
+	m.gapA.Set(c.gap.a)
+	m.gapB.Set(c.gap.b)
+	if c.tab.ok {
+		p := c.predict(c.cap)
+		m.predTPOT.Set(p.TPOT)
+		m.predTTFT.Set(p.TTFT)
+	}
+	if w, ok := c.PredictWait(now, 0); ok {
+		m.predWait.Set(w.Seconds())
+	}
+	m.attain.Set(c.measuredAttainment(now))
+}

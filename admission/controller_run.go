@@ -1,0 +1,207 @@
+package admission
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// RunnerConfig wires a Controller to a Limiter.
+type RunnerConfig struct {
+	// Controller configures the decisions.
+	Controller ControllerConfig
+	// Limiter is the limiter whose cap the runner sets; required. The
+	// runner installs itself as its Gate and RetryEstimator.
+	Limiter *Limiter
+	// Logger receives one line per change of the cap; nil means
+	// slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the kneecap_controller_* metrics; nil means none.
+	Registerer prometheus.Registerer
+	// OnChange, when set, is called (with the runner's lock held: keep it
+	// short) after every change of the cap, for recording a trajectory.
+	OnChange func(now time.Time, d Decision)
+}
+
+// Runner runs a Controller against a Limiter: it feeds it what the proxy
+// observes, calls Decide every Interval and applies the cap with SetLimit,
+// and answers the limiter's Gate (the deadline check) and RetryEstimator.
+// It is safe for concurrent use; one mutex serialises the controller.
+type Runner struct {
+	l       *Limiter
+	log     *slog.Logger
+	metrics *controllerMetrics
+	onChg   func(time.Time, Decision)
+
+	mu               sync.Mutex
+	c                *Controller
+	peakRun, peakQue int
+	rejected         int
+}
+
+var (
+	_ Gate           = (*Runner)(nil)
+	_ RetryEstimator = (*Runner)(nil)
+)
+
+// NewRunner returns a runner and installs its hooks on the limiter, whose
+// cap it sets to the controller's initial cap. It starts nothing.
+func NewRunner(cfg RunnerConfig) (*Runner, error) {
+	m, err := newControllerMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		l: cfg.Limiter, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
+		c: NewController(cfg.Controller),
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	r.l.SetLimit(r.c.Cap())
+	r.l.SetHooks(Hooks{Gate: r, Retry: r})
+	r.metrics.cap.Set(float64(r.c.Cap()))
+	return r, nil
+}
+
+// Run calls Decide every Interval until ctx ends; it returns nil then.
+func (r *Runner) Run(ctx context.Context) error {
+	t := time.NewTicker(r.c.Config().Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			r.tick(now)
+		}
+	}
+}
+
+func (r *Runner) tick(now time.Time) {
+	st := r.l.State()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	load := Load{
+		Running: st.Running, Queued: st.Queued,
+		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),
+		Rejected: r.rejected,
+	}
+	r.peakRun, r.peakQue, r.rejected = st.Running, st.Queued, 0
+	old := r.c.Cap()
+	d := r.c.Decide(now, load)
+	r.metrics.observe(r.c, now)
+	if d.Changed {
+		r.applyLocked(now, old, d)
+	}
+}
+
+// applyLocked applies a changed cap to the limiter and reports it.
+func (r *Runner) applyLocked(now time.Time, old int, d Decision) {
+	r.l.SetLimit(d.Cap)
+	r.metrics.change(old, d.Cap)
+	r.log.Info("concurrency cap changed", "from", old, "to", d.Cap, "reason", d.Reason)
+	if r.onChg != nil {
+		r.onChg(now, d)
+	}
+}
+
+// noteLocked keeps the peak counts between two decisions.
+func (r *Runner) noteLocked(running, queued int) {
+	r.peakRun = max(r.peakRun, running)
+	r.peakQue = max(r.peakQue, queued)
+}
+
+// FirstChunk records a stream's first output chunk: engine TTFT, with the
+// number of requests running on the engine then.
+func (r *Runner) FirstChunk(now time.Time, running int, engineTTFT time.Duration) {
+	r.mu.Lock()
+	r.noteLocked(running, 0)
+	r.c.ObserveFirst(now, running, engineTTFT)
+	r.mu.Unlock()
+}
+
+// Chunk records the gap before a later output chunk, with the number of
+// requests running then.
+func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
+	r.mu.Lock()
+	r.noteLocked(running, 0)
+	r.c.ObserveGap(now, running, gap)
+	r.mu.Unlock()
+}
+
+// Finished records a finished request, with the number of requests
+// running when it ended. Requests that were refused or failed teach the
+// model nothing about latency and are skipped; a stream whose client went
+// away still measured what it streamed until then (and a client may close
+// its end the moment the last chunk arrived).
+func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
+	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 ||
+		rec.Outcome.Has(slo.Rejected) || rec.Outcome.Has(slo.EngineError) || rec.Outcome.Has(slo.InvalidRequest) {
+		return
+	}
+	tpot, _ := rec.TPOT()
+	f := Finished{
+		Running: float64(max(running, 1)), EngineTTFT: rec.EngineTTFT, TPOT: tpot,
+		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
+		Targets: rec.Targets, Good: rec.Outcome.Good(),
+	}
+	r.mu.Lock()
+	r.c.ObserveDone(now, f)
+	r.mu.Unlock()
+}
+
+// Admit implements Gate: the deadline check of a request that would queue.
+func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
+	now := s.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noteLocked(s.Running, s.Queued+1)
+	old := r.c.Cap()
+	v := r.c.Admit(now, Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets})
+	if v.Raised {
+		r.applyLocked(now, old, Decision{Cap: v.Cap, Changed: true, Reason: r.c.reason})
+	}
+	if !v.OK {
+		r.rejected++
+		r.metrics.deadline.Inc()
+		return false, max(v.RetryAfter, time.Nanosecond) // zero would mean "the limiter's estimate"
+	}
+	return true, 0
+}
+
+// RetryAfter implements RetryEstimator for the other rejections (queue
+// full, queue timeout): the predicted time until a slot frees.
+func (r *Runner) RetryAfter(req Request, s State) time.Duration {
+	now := s.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rejected++
+	r.noteLocked(s.Running, s.Queued)
+	return max(r.c.RetryAfter(now, max(s.Position-1, 0)), time.Nanosecond)
+}
+
+// Cap returns the current cap.
+func (r *Runner) Cap() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c.Cap()
+}
+
+// Status returns the controller's state for /status.
+func (r *Runner) Status() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.c.Status(time.Now())
+}

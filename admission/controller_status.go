@@ -1,0 +1,101 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// ControllerStatus is the controller's state as /status shows it.
+type ControllerStatus struct {
+	Mode       string    `json:"mode"` // "adaptive"
+	Cap        int       `json:"cap"`
+	Reason     string    `json:"reason"`
+	ChangedAt  time.Time `json:"changed_at,omitzero"`
+	Percentile float64   `json:"percentile"`
+	MinCap     int       `json:"min_cap"`
+	MaxCap     int       `json:"max_cap"`
+	// Model is the fitted mean model: gap(n) = a + b n per output chunk and
+	// engine TTFT(n) = a + b n, in seconds.
+	GapA  float64 `json:"gap_a_seconds"`
+	GapB  float64 `json:"gap_b_seconds"`
+	TTFTA float64 `json:"engine_ttft_a_seconds"`
+	TTFTB float64 `json:"engine_ttft_b_seconds"`
+	// Spread factors Q_P(observed / model mean).
+	TPOTSpread float64 `json:"tpot_spread"`
+	TTFTSpread float64 `json:"engine_ttft_spread"`
+	// Attainment is the measured share of finished requests that met all
+	// their targets over the memory window.
+	Attainment float64 `json:"attainment"`
+	Shifts     int     `json:"shifts"`
+	LastShift  string  `json:"last_shift,omitempty"`
+	// PredictedWait is the predicted wait of a request joining an empty
+	// queue now, in seconds.
+	PredictedWait float64       `json:"predicted_wait_seconds"`
+	Levels        []LevelStatus `json:"levels"`
+}
+
+// LevelStatus is what the controller learned about one running count.
+type LevelStatus struct {
+	Running int `json:"running"`
+	// Samples are the forgotten weights of gap and first-token samples.
+	GapSamples  float64 `json:"gap_samples"`
+	TTFTSamples float64 `json:"engine_ttft_samples"`
+	// MeanGap and MeanEngineTTFT are measured at this level (0: none).
+	MeanGap        float64 `json:"mean_gap_seconds"`
+	MeanEngineTTFT float64 `json:"mean_engine_ttft_seconds"`
+	// PredictedTPOT and PredictedEngineTTFT are the model's P-quantiles.
+	PredictedTPOT       float64 `json:"predicted_tpot_seconds"`
+	PredictedEngineTTFT float64 `json:"predicted_engine_ttft_seconds"`
+	// Attainment is the predicted share of requests meeting the operator's
+	// targets at this level; Meets is Attainment >= the percentile.
+	Attainment float64 `json:"predicted_attainment"`
+	Meets      bool    `json:"meets_targets"`
+}
+
+// Status reports the controller's state. It lists the levels from 1 to
+// twice the cap (at most MaxCap) and any other level with measurements.
+func (c *Controller) Status(now time.Time) ControllerStatus {
+	s := c.tab.s
+	st := ControllerStatus{
+		Mode: "adaptive", Cap: c.cap, Reason: c.reason, ChangedAt: c.changedAt,
+		Percentile: c.cfg.Percentile, MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
+		GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b,
+		TPOTSpread: s.qTPOT, TTFTSpread: s.qTTFT, Shifts: c.shifts, LastShift: c.lastShift,
+	}
+	st.Attainment = c.measuredAttainment(now)
+	if w, ok := c.PredictWait(now, 0); ok {
+		st.PredictedWait = w.Seconds()
+	}
+	t := c.targetsOf(slo.Targets{})
+	ready := c.tab.ok
+	for n := 1; n <= c.cfg.MaxCap; n++ {
+		gw, gm := c.gap.level(n)
+		tw, tm := c.ttft.level(n)
+		if n > 2*c.cap && gw < 0.5 && tw < 0.5 {
+			continue
+		}
+		l := LevelStatus{Running: n, GapSamples: gw, TTFTSamples: tw, MeanGap: gm, MeanEngineTTFT: tm}
+		if ready {
+			p := c.predict(n)
+			l.PredictedTPOT, l.PredictedEngineTTFT = p.TPOT, p.TTFT
+			if a := c.attainment(t); n < len(a) {
+				l.Attainment = a[n]
+				l.Meets = a[n] >= c.cfg.Percentile
+			}
+		}
+		st.Levels = append(st.Levels, l)
+	}
+	return st
+}
+
+// measuredAttainment is the measured share of finished requests that met all their
+// targets, over the memory window; 0 before any finished.
+func (c *Controller) measuredAttainment(now time.Time) float64 {
+	c.good.decay(now, c.cfg.Memory)
+	c.finished.decay(now, c.cfg.Memory)
+	if c.finished.w <= 0 {
+		return 0
+	}
+	return c.good.w / c.finished.w
+}

@@ -1,0 +1,177 @@
+package admission
+
+import (
+	"github.com/kneecap/kneecap/slo"
+	"strings"
+	"testing"
+	"time"
+)
+
+// engine is a fluid model of a decode-bound engine for script tests:
+// gap(n) = gapA + gapB*n, engine TTFT(n) = ttftA + ttftB*n, every request
+// has out output tokens, one per chunk, and the engine always runs exactly
+// min(cap, demand) requests.
+type engine struct {
+	gapA, gapB   time.Duration
+	ttftA, ttftB time.Duration
+	out          int
+	demand       int // concurrent users wanting service
+	phase        float64
+}
+
+func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
+func (e *engine) ttft(n int) time.Duration { return e.ttftA + time.Duration(n)*e.ttftB }
+
+// run feeds the controller for d of time from now in 100ms ticks, calling
+// Decide every second, and returns the time reached and the caps decided.
+func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration) (time.Time, []int) {
+	t.Helper()
+	var caps []int
+	end := now.Add(d)
+	tick := 100 * time.Millisecond
+	for i := 0; now.Before(end); i++ {
+		now = now.Add(tick)
+		n := min(c.Cap(), e.demand)
+		g := e.gap(n)
+		chunks := float64(n) * float64(tick) / float64(g)
+		for k := 0; k < int(chunks); k++ {
+			c.ObserveGap(now, n, g)
+		}
+		// Completions: n/hold per second; starts equal completions.
+		hold := e.ttft(n) + time.Duration(e.out-1)*g
+		e.phase += float64(n) * float64(tick) / float64(hold)
+		for e.phase >= 1 {
+			e.phase--
+			c.ObserveFirst(now, n, e.ttft(n))
+			c.ObserveDone(now, Finished{Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g,
+				Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond})
+		}
+		if i%10 == 9 {
+			queued := max(e.demand-c.Cap(), 0)
+			dec := c.Decide(now, Load{Running: n, Queued: queued, PeakRunning: n, PeakQueued: queued})
+			caps = append(caps, dec.Cap)
+		}
+	}
+	return now, caps
+}
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func bf16Like() *engine {
+	return &engine{gapA: 40 * time.Millisecond, gapB: 7750 * time.Microsecond,
+		ttftA: 200 * time.Millisecond, ttftB: 50 * time.Millisecond, out: 120, demand: 64}
+}
+
+// lastOutOfBand returns the index after which caps stays within one of
+// final (the band the scenario suite uses for convergence).
+func lastOutOfBand(caps []int, final int) int {
+	for i := len(caps) - 1; i >= 0; i-- {
+		if caps[i] < final-1 || caps[i] > final+1 {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+func TestControllerConvergesToKneeAndHolds(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	_, caps := e.run(t, c, t0, 3*time.Minute)
+	// Knee: largest n with 40ms + 7.75ms n <= 100ms * (1 - 5%) is 7.
+	if got := caps[len(caps)-1]; got != 7 {
+		t.Fatalf("final cap %d, want 7; caps %v", got, caps)
+	}
+	if i := lastOutOfBand(caps, 7); i > 60 {
+		t.Errorf("cap out of 7 +- 1 after %ds: %v", i, caps)
+	}
+	st := c.Status(t0)
+	if st.Cap != 7 || !strings.HasPrefix(st.Reason, "raise") {
+		t.Errorf("status cap %d reason %q", st.Cap, st.Reason)
+	}
+}
+
+func TestControllerNoRaiseWithoutDemand(t *testing.T) {
+	e := bf16Like()
+	e.demand = 2
+	c := NewController(ControllerConfig{})
+	_, caps := e.run(t, c, t0, time.Minute)
+	if got := caps[len(caps)-1]; got != 4 {
+		t.Fatalf("final cap %d, want the initial 4 with demand 2; caps %v", got, caps)
+	}
+}
+
+func TestControllerEngineSlowdownLowersCap(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 2*time.Minute)
+	e.gapA, e.gapB = e.gapA*14/10, e.gapB*14/10 // every step 40 % longer
+	e.ttftA, e.ttftB = e.ttftA*14/10, e.ttftB*14/10
+	_, caps := e.run(t, c, now, 2*time.Minute)
+	// Coming down from 7: the largest n with 56ms + 10.85ms n <= 100ms is
+	// 4; with the prior spread (1.05) before enough requests finished, 3.
+	if got := caps[len(caps)-1]; got != 4 && got != 3 {
+		t.Fatalf("final cap %d, want 3 or 4; caps %v", got, caps)
+	}
+	if i := lastOutOfBand(caps, caps[len(caps)-1]); i > 60 {
+		t.Errorf("re-converged after %ds, want within 60s: %v", i, caps)
+	}
+	if c.Status(now).Shifts == 0 {
+		t.Errorf("no shift detected")
+	}
+}
+
+func TestControllerMinCapHolds(t *testing.T) {
+	e := bf16Like()
+	e.gapA = 150 * time.Millisecond // misses even alone
+	c := NewController(ControllerConfig{MinCap: 2})
+	_, caps := e.run(t, c, t0, time.Minute)
+	if got := caps[len(caps)-1]; got != 2 {
+		t.Fatalf("final cap %d, want MinCap 2; caps %v", got, caps)
+	}
+}
+
+func TestControllerMaxCapBounds(t *testing.T) {
+	e := bf16Like()
+	e.gapB = 100 * time.Microsecond
+	e.ttftB = time.Millisecond
+	c := NewController(ControllerConfig{MaxCap: 20})
+	_, caps := e.run(t, c, t0, 2*time.Minute)
+	if got := caps[len(caps)-1]; got != 20 {
+		t.Fatalf("final cap %d, want MaxCap 20; caps %v", got, caps)
+	}
+}
+
+func TestAdmitDeadline(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	// At cap 7: hold = 0.55 + 119*0.09425 = 11.77s, a release every 1.68s;
+	// engine TTFT 0.55s leaves 0.45s of queueing.
+	iv, _ := c.slotInterval(now)
+	if iv < 1600*time.Millisecond || iv > 1760*time.Millisecond {
+		t.Fatalf("slot interval %v, want about 1.68s", iv)
+	}
+	if v := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: slo.Targets{TTFT: 2 * time.Second}}); !v.OK || v.Raised {
+		t.Errorf("refused a request that fits a 2s TTFT target, or raised the cap at the knee: %+v", v)
+	}
+	v1 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	if v1.OK {
+		t.Fatalf("admitted a request predicted to wait 0.84s + 0.55s for a 1s target")
+	}
+	v2 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	ra1, ra2 := v1.RetryAfter, v2.RetryAfter
+	if ra1 <= 0 || ra2 <= ra1 {
+		t.Errorf("Retry-After %v then %v: want positive and later for the second", ra1, ra2)
+	}
+	// Promises expire: much later the first answer comes back.
+	if ra3 := c.RetryAfter(now.Add(time.Hour), 0); ra3 >= ra2 {
+		t.Errorf("Retry-After an hour later %v, want below %v", ra3, ra2)
+	}
+}
+
+func TestAdmitBeforeLearningAdmitsAll(t *testing.T) {
+	c := NewController(ControllerConfig{})
+	if v := c.Admit(t0, Query{Arrival: t0, Ahead: 100}); !v.OK {
+		t.Fatal("refused with nothing learned")
+	}
+}

@@ -1,0 +1,248 @@
+package admission
+
+import (
+	"math"
+	"time"
+)
+
+// decayed is an exponentially forgotten weighted sum: every sample has weight
+// exp(-(now - t)/tau) where t is when it arrived. The zero value is empty.
+type decayed struct {
+	w, sum float64
+	t      time.Time
+}
+
+// decay ages the sum to now.
+func (d *decayed) decay(now time.Time, tau time.Duration) {
+	if d.t.IsZero() {
+		d.t = now
+		return
+	}
+	if dt := now.Sub(d.t); dt > 0 {
+		f := math.Exp(-float64(dt) / float64(tau))
+		d.w *= f
+		d.sum *= f
+		d.t = now
+	}
+}
+
+func (d *decayed) add(now time.Time, tau time.Duration, x float64) {
+	d.decay(now, tau)
+	d.w++
+	d.sum += x
+}
+
+func (d *decayed) mean() float64 {
+	if d.w <= 0 {
+		return 0
+	}
+	return d.sum / d.w
+}
+
+// curve is the model of one latency against the running count n:
+//
+//	y(n) = a + b*x(n),  a >= 0, b >= 0
+//
+// For the time per output chunk x(n) = n: the physics of a
+// memory-bandwidth-bound decode step, a fixed part for reading the weights
+// and a part growing with the sequences in the batch and their KV cache.
+// For engine TTFT x(n) = gap(n), the fitted step time: a new request's TTFT
+// is its own prefill (a) plus the decode steps it waits for and shares,
+// which grow as the step does (b, about 1 when one step is waited for).
+//
+// It is fitted by weighted least squares over per-level forgotten means;
+// each level's weight is capped at capW so that the level the cap holds does
+// not drown the rest. With data at only one level it keeps the shape of its
+// last fit with two or more levels, y = k*(a' + b'*x), fitting only k; with
+// no such shape yet it takes the prior slope b = prior (1 for TTFT) or, with
+// prior 0, proportionality y = y0*x/x0, the conservative guess when the
+// engine is probed upward.
+type curve struct {
+	tau            time.Duration
+	capW           float64
+	prior          float64
+	xOf            func(n float64) float64 // nil: x = n
+	levels         []decayed               // index n = running count; 0 unused
+	a, b           float64
+	shapeA, shapeB float64 // last fit from two or more levels
+	points         int     // levels with weight >= minLevelWeight in the fit
+	ok             bool
+}
+
+func newCurve(maxN int, tau time.Duration, capW float64) *curve {
+	return &curve{tau: tau, capW: capW, levels: make([]decayed, maxN+1)}
+}
+
+func (c *curve) x(n float64) float64 {
+	if c.xOf == nil {
+		return n
+	}
+	return c.xOf(n)
+}
+
+func (c *curve) clampN(n int) int {
+	if n < 1 {
+		return 1
+	}
+	if n >= len(c.levels) {
+		return len(c.levels) - 1
+	}
+	return n
+}
+
+func (c *curve) add(now time.Time, n int, y float64) {
+	c.levels[c.clampN(n)].add(now, c.tau, y)
+}
+
+// minLevelWeight is the weight below which a level does not count as a
+// distinct point for the slope.
+const minLevelWeight = 2
+
+// fit refits a and b from the levels aged to now.
+func (c *curve) fit(now time.Time) {
+	var sw, sx, sy, sxx, sxy float64
+	points := 0
+	for n := 1; n < len(c.levels); n++ {
+		l := &c.levels[n]
+		if l.w == 0 {
+			continue
+		}
+		l.decay(now, c.tau)
+		if l.w < 1e-3 {
+			*l = decayed{}
+			continue
+		}
+		w := math.Min(l.w, c.capW)
+		x, y := c.x(float64(n)), l.mean()
+		sw += w
+		sx += w * x
+		sy += w * y
+		sxx += w * x * x
+		sxy += w * x * y
+		if l.w >= minLevelWeight {
+			points++
+		}
+	}
+	c.points = points
+	if sw == 0 {
+		c.ok = false
+		return
+	}
+	c.ok = true
+	den := sw*sxx - sx*sx
+	if points >= 2 && den > 1e-9 {
+		c.b = (sw*sxy - sx*sy) / den
+		c.a = (sy - c.b*sx) / sw
+		if c.b < 0 { // flat or noisy: a constant
+			c.a, c.b = sy/sw, 0
+		}
+		if c.a < 0 { // through the origin: b = sum(w x y) / sum(w x x)
+			c.a, c.b = 0, sxy/sxx
+		}
+		c.shapeA, c.shapeB = c.a, c.b
+		return
+	}
+	switch {
+	case c.shapeA+c.shapeB > 0:
+		// k = sum(w y) / sum(w (a' + b' x))
+		k := sy / (c.shapeA*sw + c.shapeB*sx)
+		c.a, c.b = k*c.shapeA, k*c.shapeB
+	case c.prior > 0 && sy-c.prior*sx >= 0:
+		c.a, c.b = (sy-c.prior*sx)/sw, c.prior
+	default:
+		c.a, c.b = 0, sxy/sxx
+	}
+}
+
+// at is the fitted mean at running count n (n >= 1).
+func (c *curve) at(n float64) float64 {
+	if n < 1 {
+		n = 1
+	}
+	return c.a + c.b*c.x(n)
+}
+
+// scale multiplies every level's mean by f and keeps only share of its
+// weight: the model after a detected shift keeps its shape as a prior while
+// new samples take over.
+func (c *curve) scale(f, share float64) {
+	for i := range c.levels {
+		l := &c.levels[i]
+		l.sum *= f * share
+		l.w *= share
+	}
+	c.a *= f
+	c.b *= f
+	c.shapeA *= f
+	c.shapeB *= f
+}
+
+// level returns the forgotten weight and mean at n.
+func (c *curve) level(n int) (w, mean float64) {
+	l := c.levels[c.clampN(n)]
+	return l.w, l.mean()
+}
+
+// shiftDetector watches one latency for a change of regime (an engine
+// slowdown or restart, longer prompts). Per running count it keeps two
+// forgotten means of winsorised samples, min(y, 3*long mean), over a long
+// (the model's memory) and a short window; at the level the cap holds,
+//
+//	R = short mean / long mean
+//
+// outside [1/k, k] at two checks in a row, with enough weight in both,
+// means that what the model learned there no longer holds. Winsorising
+// keeps the rare long samples (a prefill stalling its neighbours: a gap 50
+// times the typical one) from looking like a shift.
+type shiftDetector struct {
+	long, short      time.Duration
+	k                float64
+	minShort, minLon float64
+	lv               []shiftLevel
+	strikes          int
+}
+
+type shiftLevel struct{ long, short decayed }
+
+func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong float64) *shiftDetector {
+	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, lv: make([]shiftLevel, maxN+1)}
+}
+
+func (s *shiftDetector) add(now time.Time, n int, y float64) {
+	l := &s.lv[max(1, min(n, len(s.lv)-1))]
+	if l.long.w > 0 {
+		l.long.decay(now, s.long)
+		y = math.Min(y, 3*l.long.mean())
+	}
+	l.long.add(now, s.long, y)
+	l.short.add(now, s.short, y)
+}
+
+// check returns R at level n and whether it stayed out of band for two
+// checks in a row (then the detector clears its short memory).
+func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
+	l := &s.lv[max(1, min(n, len(s.lv)-1))]
+	l.long.decay(now, s.long)
+	l.short.decay(now, s.short)
+	if l.short.w < s.minShort || l.long.w < s.minLon {
+		s.strikes = 0
+		return 1, false
+	}
+	r := l.short.mean() / l.long.mean()
+	if r <= s.k && r >= 1/s.k {
+		s.strikes = 0
+		return r, false
+	}
+	s.strikes++
+	if s.strikes < 2 {
+		return r, false
+	}
+	s.reset()
+	return r, true
+}
+
+// reset forgets everything: after a shift the long means must be relearnt.
+func (s *shiftDetector) reset() {
+	clear(s.lv)
+	s.strikes = 0
+}

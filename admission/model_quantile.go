@@ -1,0 +1,104 @@
+package admission
+
+import (
+	"cmp"
+	"math"
+	"slices"
+	"time"
+)
+
+// sample is one observation at a running count.
+type sample struct {
+	t time.Time
+	n int
+	y float64
+}
+
+// localQuantile estimates the p-quantile of a latency at running count n
+// from samples taken at nearby counts. Each sample is moved to n along the
+// mean curve, y_i + mean(n) - mean(n_i), and weighted by its recency and
+// its distance in running count,
+//
+//	w_i = exp(-age_i/tau) * exp(-|n - n_i| / h),  h = 1,
+//
+// so a level's own samples dominate its estimate (its spread, which grows
+// with n as prefills collide more often, is its own) while levels without
+// samples borrow from their neighbours. The quantile interpolates the
+// weighted empirical distribution, so it moves smoothly as samples come and
+// go instead of jumping between the modes of a two-humped distribution.
+// It returns false with no samples.
+func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.Duration, meanAt func(float64) float64, buf []wsample) (float64, bool) {
+	if len(samples) == 0 {
+		return 0, false
+	}
+	buf = buf[:0]
+	total := 0.0
+	mn := meanAt(float64(n))
+	for _, s := range samples {
+		w := math.Exp(-float64(now.Sub(s.t))/float64(tau) - math.Abs(float64(n-s.n)))
+		if w < 1e-12 {
+			continue
+		}
+		buf = append(buf, wsample{s.y + mn - meanAt(float64(s.n)), w})
+		total += w
+	}
+	if total == 0 {
+		return 0, false
+	}
+	slices.SortFunc(buf, func(a, b wsample) int { return cmp.Compare(a.y, b.y) })
+	// Each sample sits at the middle of its weight: F(y_i) = (cum_i - w_i/2)/total.
+	target, cum := p*total, 0.0
+	prevY, prevF := buf[0].y, 0.0
+	for i, s := range buf {
+		f := cum + s.w/2
+		if f >= target {
+			if i == 0 {
+				return s.y, true
+			}
+			return prevY + (s.y-prevY)*(target-prevF)/(f-prevF), true
+		}
+		cum += s.w
+		prevY, prevF = s.y, f
+	}
+	return buf[len(buf)-1].y, true
+}
+
+// wsample is a weighted value.
+type wsample struct{ y, w float64 }
+
+// sampleRing keeps the last samples of one latency with their levels.
+type sampleRing struct {
+	buf    []sample
+	next   int
+	full   bool
+	maxAge time.Duration
+}
+
+func newSampleRing(size int, maxAge time.Duration) *sampleRing {
+	return &sampleRing{buf: make([]sample, size), maxAge: maxAge}
+}
+
+func (r *sampleRing) add(s sample) {
+	r.buf[r.next] = s
+	r.next++
+	if r.next == len(r.buf) {
+		r.next, r.full = 0, true
+	}
+}
+
+// live returns the samples not older than maxAge.
+func (r *sampleRing) live(now time.Time) []sample {
+	n := r.next
+	if r.full {
+		n = len(r.buf)
+	}
+	out := make([]sample, 0, n)
+	for _, s := range r.buf[:n] {
+		if now.Sub(s.t) <= r.maxAge {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (r *sampleRing) reset() { r.next, r.full = 0, false }

@@ -1,0 +1,193 @@
+package admission
+
+import (
+	"math"
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// prediction is what the model predicts at one running count n.
+type prediction struct {
+	// TPOT and TTFT are the predicted P-quantiles of TPOT and engine TTFT.
+	TPOT, TTFT float64
+	// E2E is TTFT_P + (Q_P(output tokens) - 1) * TPOT_P.
+	E2E float64
+	// MeanTTFT is the predicted mean engine TTFT.
+	MeanTTFT float64
+	// Hold is the mean slot hold, MeanTTFT + (mean output - 1) * mean TPOT;
+	// by Little's law the engine completes n/Hold requests per second.
+	Hold float64
+	// Gap is the mean time per output chunk, MeanEngineTTFT the curve's
+	// mean engine TTFT, both at n.
+	Gap, CurveTTFT float64
+}
+
+// spread holds the measured spread factors for one decision.
+type spread struct {
+	qTPOT, qTTFT, mTPOT, mTTFT float64
+	outP, outMean              float64
+}
+
+// table is the model's predictions for every level 1..MaxCap, rebuilt by
+// refresh; decisions between two refreshes read it.
+type table struct {
+	ok  bool
+	at  time.Time
+	s   spread
+	p   []prediction // index n
+	ttf []sample     // live engine TTFT samples
+	tp  []float64    // live TPOT ratios, sorted
+	att map[slo.Targets][]float64
+}
+
+// fullGapWeight is the weight at which a level's measured mean gap replaces
+// the fitted curve; below it the two are blended in proportion.
+const fullGapWeight = 200
+
+func (c *Controller) spreadAt(now time.Time) spread {
+	p := c.cfg.Percentile
+	tp := c.tpotR.values(now)
+	tf := c.ttftR.values(now)
+	out := c.outTokens.values(now)
+	s := spread{
+		qTPOT: quantile(tp, p, tpotPrior, 3, 20),
+		qTTFT: quantile(tf, p, ttftPrior, 3, 20),
+		mTPOT: 1, mTTFT: 1,
+		outP: quantile(out, p, 0, 1, 1), outMean: mean(out),
+	}
+	if len(tp) > 0 {
+		s.mTPOT = mean(tp)
+	}
+	if len(tf) > 0 {
+		s.mTTFT = mean(tf)
+	}
+	return s
+}
+
+// refresh refits the curves and rebuilds the table. At each level n:
+//
+//	gap(n)    = w*measured mean + (1-w)*(a + b n),  w = min(1, weight/200)
+//	TPOT_P(n) = Q_P(tpot / gap(n_i)) * gap(n)
+//
+// Engine TTFT's spread grows with the running count (prefills collide more
+// often), so its P-quantile and median at n are estimated from the recent
+// samples near n (see localQuantile). Predictions are made non-decreasing
+// in n: more requests running never make a step faster.
+func (c *Controller) refresh(now time.Time) {
+	c.gap.fit(now)
+	c.ttft.fit(now)
+	c.tab.ok = c.gap.ok && c.ttft.ok
+	if !c.tab.ok {
+		return
+	}
+	s := c.spreadAt(now)
+	c.tab.s = s
+	maxN := c.cfg.MaxCap
+	if len(c.tab.p) != maxN+1 {
+		c.tab.p = make([]prediction, maxN+1)
+	}
+	live := c.ttftSamples.live(now)
+	c.tab.at, c.tab.ttf, c.tab.att = now, live, map[slo.Targets][]float64{}
+	c.tab.tp = c.tpotR.values(now)
+	if k := len(c.tab.tp); k > 64 { // a thinned sample keeps the cost bounded
+		thin := make([]float64, 64)
+		for i := range thin {
+			thin[i] = c.tab.tp[i*k/64]
+		}
+		c.tab.tp = thin
+	}
+	buf := make([]wsample, 0, len(live))
+	var prev prediction
+	for n := 1; n <= maxN; n++ {
+		g := c.gap.at(float64(n))
+		if w, m := c.gap.level(n); w > 0 {
+			k := math.Min(1, w/fullGapWeight)
+			g = k*m + (1-k)*g
+		}
+		f := c.ttft.at(float64(n))
+		q, mf := s.qTTFT*f, s.mTTFT*f
+		if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
+			q = lq
+			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.ttft.at, buf)
+		}
+		x := prediction{TPOT: s.qTPOT * g, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f}
+		x.TPOT = math.Max(x.TPOT, prev.TPOT)
+		x.TTFT = math.Max(x.TTFT, prev.TTFT)
+		x.MeanTTFT = math.Max(x.MeanTTFT, prev.MeanTTFT)
+		x.E2E = x.TTFT + math.Max(s.outP-1, 0)*x.TPOT
+		x.Hold = x.MeanTTFT + math.Max(s.outMean-1, 0)*s.mTPOT*g
+		c.tab.p[n] = x
+		prev = x
+	}
+}
+
+// predict returns the table's prediction at n (clamped to [1, MaxCap]).
+func (c *Controller) predict(n int) prediction {
+	return c.tab.p[max(1, min(n, c.cfg.MaxCap))]
+}
+
+// attainment returns, for n = 0..MaxCap, the predicted share of requests
+// with targets t that would meet all of them at running count n:
+//
+//	A(n) = A_ttft(n) * A_tpot(n) * [E2E_P(n) <= T_e2e]
+//	A_ttft(n) = sum_i w_i s(T_ttft - y_i - ttft(n) + ttft(n_i)) / sum_i w_i
+//	A_tpot(n) = mean_j s(T_tpot - r_j gap(n))
+//
+// with the engine TTFT samples y_i weighted as in localQuantile, the TPOT
+// ratios r_j of finished requests, and s a logistic step 0.5 % of the target
+// wide, so that attainment moves smoothly as samples come and go. It is not
+// forced to fall with n: samples at a level can come from a transient (a
+// request that waited behind many prefills and got its first token after
+// they ended), and decisions look at the levels next to the cap rather than
+// scanning from the bottom (see largestMeeting). Levels far above the cap (beyond 2 cap + 16), where
+// no single step can reach, are 0. Results are cached until the next
+// refresh.
+func (c *Controller) attainment(t slo.Targets) []float64 {
+	if a, ok := c.tab.att[t]; ok {
+		return a
+	}
+	maxN := c.cfg.MaxCap
+	a := make([]float64, maxN+1)
+	top := min(maxN, 2*c.cap+16)
+	tt, tp, te := t.TTFT.Seconds(), t.TPOT.Seconds(), t.E2E.Seconds()
+	step := func(u, width float64) float64 { return 1 / (1 + math.Exp(-u/width)) }
+	for n := 1; n <= top; n++ {
+		x := c.tab.p[n]
+		at := 1.0
+		if tt > 0 {
+			at = step(tt-x.TTFT, 0.005*tt) // before any sample: the prediction
+			if len(c.tab.ttf) > 0 {
+				sw, sa := 0.0, 0.0
+				for _, smp := range c.tab.ttf {
+					w := math.Exp(-float64(c.tab.at.Sub(smp.t))/float64(c.cfg.Memory) - math.Abs(float64(n-smp.n)))
+					y := smp.y + x.CurveTTFT - c.ttft.at(float64(smp.n))
+					sw += w
+					sa += w * step(tt-y, 0.005*tt)
+				}
+				if sw > 0 {
+					at = sa / sw
+				}
+			}
+		}
+		ap := 1.0
+		if tp > 0 {
+			if len(c.tab.tp) >= 3 {
+				sa := 0.0
+				for _, r := range c.tab.tp {
+					sa += step(tp-r*x.Gap, 0.005*tp)
+				}
+				ap = sa / float64(len(c.tab.tp))
+			} else {
+				ap = step(tp-x.TPOT, 0.005*tp)
+			}
+		}
+		ae := 1.0
+		if te > 0 && x.E2E > te {
+			ae = 0
+		}
+		a[n] = at * ap * ae
+	}
+	c.tab.att[t] = a
+	return a
+}

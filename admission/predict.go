@@ -1,0 +1,165 @@
+package admission
+
+import (
+	"fmt"
+	"github.com/kneecap/kneecap/slo"
+	"time"
+)
+
+// Query describes a request that would have to queue for a slot.
+type Query struct {
+	// Arrival is when the request reached the gateway; the client's TTFT
+	// counts from there.
+	Arrival time.Time
+	// Ahead is the number of requests queued before it.
+	Ahead int
+	// Targets are the request's own targets (zero fields: the operator's).
+	Targets slo.Targets
+}
+
+// slotInterval is the predicted mean time between two slot releases at the
+// current cap, by Little's law Hold(cap)/cap, or false before the model
+// knows anything.
+func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
+	var hold float64
+	if c.tab.ok && c.tab.s.outMean > 0 {
+		hold = c.predict(c.cap).Hold
+	} else if c.holdAvg.w > 0 {
+		hold = c.holdAvg.mean()
+	}
+	if hold <= 0 {
+		return 0, false
+	}
+	return time.Duration(hold / float64(c.cap) * float64(time.Second)), true
+}
+
+// predictedEngineTTFT is the mean engine TTFT at the current cap.
+func (c *Controller) predictedEngineTTFT(now time.Time) time.Duration {
+	if !c.tab.ok {
+		return 0
+	}
+	return time.Duration(c.predict(c.cap).MeanTTFT * float64(time.Second))
+}
+
+// PredictWait is the predicted queue wait of a request with ahead requests
+// before it: slot releases come every Hold/cap on average, and a request
+// that joins at a random moment waits half an interval for the first, so
+//
+//	wait(ahead) = (ahead + 1/2) * Hold(cap) / cap.
+func (c *Controller) PredictWait(now time.Time, ahead int) (time.Duration, bool) {
+	iv, ok := c.slotInterval(now)
+	if !ok {
+		return 0, false
+	}
+	return time.Duration((float64(ahead) + 0.5) * float64(iv)), true
+}
+
+// Verdict is the answer to a request that would queue.
+type Verdict struct {
+	// OK lets it queue; otherwise RetryAfter is when to come back.
+	OK         bool
+	RetryAfter time.Duration
+	// Raised is true when the cap was raised by one for it (see Admit):
+	// the caller applies Cap to the limiter at once.
+	Raised bool
+	Cap    int
+}
+
+// Admit answers a request that would have to queue.
+//
+// First, demand: if the model predicts that the cap plus one still meets
+// the targets shrunk by the hysteresis, the cap is raised by one at once
+// (if it has not changed for settleTime), so that a request never waits behind a cap
+// the model already knows to be too low (light load, a burst).
+//
+// Otherwise the deadline check: the request is refused at once when
+//
+//	(now - arrival) + wait(ahead) + engine TTFT(cap) > its TTFT target,
+//
+// since it would miss its target anyway, with the Retry-After that brings
+// it back when a slot is predicted to free for it: the release it would
+// wait for, counting the requests already told to come back, less half the
+// budget T_ttft - engine TTFT that it may spend queued. With nothing
+// learned yet it lets everything queue.
+func (c *Controller) Admit(now time.Time, q Query) Verdict {
+	if c.raiseOnDemand(now) {
+		return Verdict{OK: true, Raised: true, Cap: c.cap}
+	}
+	wait, known := c.PredictWait(now, q.Ahead)
+	if !known {
+		return Verdict{OK: true, Cap: c.cap}
+	}
+	t := c.targetsOf(q.Targets)
+	eng := c.predictedEngineTTFT(now)
+	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
+		return Verdict{OK: true, Cap: c.cap}
+	}
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
+}
+
+// raiseOnDemand raises the cap by one if the model supports it.
+func (c *Controller) raiseOnDemand(now time.Time) bool {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
+		return false
+	}
+	if c.best(c.classShares(now), c.cfg.Percentile+hysteresis) <= c.cap {
+		return false
+	}
+	old := c.cap
+	c.cap++
+	c.changedAt = now
+	p := c.predict(c.cap)
+	c.reason = fmt.Sprintf("raise %d->%d on demand: at %d predicted P%.0f TPOT %s, engine TTFT %s",
+		old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT))
+	return true
+}
+
+// RetryAfter is the predicted time until a slot frees for a request refused
+// for another reason (queue full, queue timeout) with queued requests
+// waiting: wait(queued + promised) - budget/2, at least zero (the gateway
+// rounds up to whole seconds).
+func (c *Controller) RetryAfter(now time.Time, queued int) time.Duration {
+	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now))
+}
+
+// promiseHorizon bounds how far ahead the controller hands out slots to
+// refused requests: beyond it a client is told the honest predicted wait,
+// but no slot is reserved for it (clients bound how long they wait, and
+// one that comes back early is refused and told again).
+const promiseHorizon = 30 * time.Second
+
+// promise computes a Retry-After and remembers it, so that the next refused
+// request is sent to a later release instead of the same one: the k-th
+// request refused while k-1 promises are outstanding is told
+//
+//	Retry-After = wait(ahead + k - 1) - budget/2,
+//
+// so that it arrives a little before its predicted release and queues for
+// at most its budget. A promise is kept until a first token shows that a
+// request took a slot (see keepPromise) or it is long overdue.
+func (c *Controller) promise(now time.Time, ahead int, budget time.Duration) time.Duration {
+	budget = max(budget, 0)
+	live := c.promises[:0]
+	for _, p := range c.promises {
+		if p.After(now.Add(-2*budget - time.Second)) {
+			live = append(live, p)
+		}
+	}
+	c.promises = live
+	wait, ok := c.PredictWait(now, ahead+len(c.promises))
+	if !ok {
+		return time.Second
+	}
+	if wait <= promiseHorizon {
+		c.promises = append(c.promises, now.Add(wait))
+	}
+	return max(wait-budget/2, 0)
+}
+
+// keepPromise drops the earliest outstanding promise when a request takes
+// a slot: most likely it was the one told to come back then.
+func (c *Controller) keepPromise(now time.Time) {
+	if len(c.promises) > 0 && c.promises[0].Before(now.Add(c.cfg.TTFT)) {
+		c.promises = c.promises[1:]
+	}
+}

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// minPause is how long a closed-loop user waits after a rejection or a
+// failure when it does not honour Retry-After (or none was given), so that a
+// server answering errors at once is not flooded in a tight loop.
+const minPause = 10 * time.Millisecond
+
+// user is one closed-loop user: it sends its next request when the previous
+// one ended, until the level ends.
+func (r *levelRun) user(ctx context.Context, u int) {
+	rng := r.rng(u)
+	if ramp := r.cfg.RampUp; ramp > 0 && !sleep(ctx, ramp*time.Duration(u)/time.Duration(r.value)) {
+		return
+	}
+	for seq := 0; ctx.Err() == nil; seq++ {
+		req := r.cfg.Workload.Next(Slot{Level: r.index, User: u, Seq: seq, Elapsed: time.Since(r.start), Rand: rng})
+		rec := r.cfg.send(ctx, r.client, r.url, req, time.Now())
+		rec.User = u
+		r.add(withTargets(rec, req))
+		if rec.Outcome == Completed || rec.Outcome == Unfinished {
+			continue
+		}
+		pause := minPause
+		if r.cfg.RetryAfterMax > 0 && rec.RetryAfter > 0 {
+			pause = max(pause, min(rec.RetryAfter, r.cfg.RetryAfterMax))
+		}
+		if !sleep(ctx, pause) {
+			return
+		}
+	}
+}
+
+// withTargets marks a record to be judged by its request's own targets.
+func withTargets(rec Record, req Request) Record {
+	if !req.Targets.IsZero() {
+		rec.Targets = req.Targets
+	}
+	return rec
+}
+
+// dispatch is the open loop: it schedules arrivals at the level's rate and
+// starts one goroutine per request, each measured from when it was due.
+func (r *levelRun) dispatch(ctx context.Context, wg *sync.WaitGroup) {
+	rng := r.rng(-1)
+	slots := make(chan struct{}, r.cfg.MaxInFlight)
+	next := r.start
+	for seq := 0; ; seq++ {
+		gap := r.gap(rng, next.Sub(r.start))
+		if gap < 0 {
+			return
+		}
+		next = next.Add(gap)
+		if !sleep(ctx, time.Until(next)) {
+			return
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		due := next
+		req := r.cfg.Workload.Next(Slot{Level: r.index, User: -1, Seq: seq, Elapsed: due.Sub(r.start), Rand: rng})
+		wg.Go(func() {
+			defer func() { <-slots }()
+			r.add(withTargets(r.cfg.send(ctx, r.client, r.url, req, due), req))
+		})
+	}
+}
+
+// gap returns the time to the next arrival: Config.Interarrival when set,
+// else constant spacing or gamma-distributed gaps with shape Burstiness and
+// mean 1/rate (exponential, so Poisson arrivals, at burstiness 1), as vLLM.
+func (r *levelRun) gap(rng *rand.Rand, elapsed time.Duration) time.Duration {
+	rate := r.value
+	if r.cfg.Interarrival != nil {
+		return r.cfg.Interarrival(rng, rate, elapsed)
+	}
+	mean := 1 / rate
+	if r.cfg.Constant {
+		return seconds(mean)
+	}
+	k := r.cfg.Burstiness
+	if k == 0 || k == 1 {
+		return seconds(rng.ExpFloat64() * mean)
+	}
+	return seconds(gamma(rng, k) * mean / k)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// gamma draws from Gamma(k, 1) by Marsaglia and Tsang's method (with the
+// boost for k < 1).
+func gamma(rng *rand.Rand, k float64) float64 {
+	if k < 1 {
+		return gamma(rng, k+1) * math.Pow(rng.Float64(), 1/k)
+	}
+	d := k - 1.0/3
+	c := 1 / math.Sqrt(9*d)
+	for {
+		x := rng.NormFloat64()
+		v := 1 + c*x
+		if v <= 0 {
+			continue
+		}
+		v = v * v * v
+		u := rng.Float64()
+		if u < 1-0.0331*x*x*x*x || math.Log(u) < 0.5*x*x+d*(1-v+math.Log(v)) {
+			return d * v
+		}
+	}
+}
+
+// sleep waits d or until ctx ends; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,146 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/admission/adaptive"
+	"github.com/kneecap/kneecap/admission/peers"
+	"github.com/kneecap/kneecap/gateway"
+	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// frontend is the gateway of one run (built by gateway.New exactly as
+// `kneecap serve` builds it, with its defaults) and the trajectory of its
+// cap.
+type frontend struct {
+	gw   *gateway.Gateway
+	traj *trajectory
+}
+
+// newFrontend builds the gateway for a mode: a static cap is kneecap with
+// KNEECAP_MAX_CONCURRENCY set (the controller learns and answers the
+// deadline check and Retry-After but never moves the cap), so the oracle
+// differs from the adaptive run only in how the cap is chosen; a peer
+// drives the same limiter with its own algorithm and no deadline check.
+func newFrontend(r Run, engine *pipeListener, traffic, admin *pipeListener, log *slog.Logger) (*frontend, error) {
+	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.name}
+	if r.Mode.Kind == "static" {
+		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
+	}
+	cfg, err := gateway.ConfigFromEnv(environ)
+	if err != nil {
+		return nil, err
+	}
+	fe := &frontend{}
+	start := time.Now()
+	var ctrl gateway.ControllerFunc
+	switch r.Mode.Kind {
+	case "static", "adaptive":
+		acfg, err := adaptive.ConfigFromEnv(nil)
+		if err != nil {
+			return nil, err
+		}
+		acfg.OnChange = func(now time.Time, d admission.Decision) { fe.traj.add(now, d.Cap) }
+		ctrl = func(h gateway.Host) (gateway.Controller, error) {
+			c, err := adaptive.New(acfg)(h)
+			if err == nil {
+				fe.traj = newTrajectory(start, h.Limiter.Limit())
+			}
+			return c, err
+		}
+	case "peer":
+		alg, err := newPeer(r.Mode.Peer)
+		if err != nil {
+			return nil, err
+		}
+		ctrl = func(h gateway.Host) (gateway.Controller, error) {
+			h.Limiter.SetLimit(alg.Limit())
+			fe.traj = newTrajectory(start, alg.Limit())
+			return &peerDriver{alg: alg, lim: h.Limiter, traj: fe.traj}, nil
+		}
+	default:
+		return nil, fmt.Errorf("unknown mode %q", r.Mode.Kind)
+	}
+	fe.gw, err = gateway.New(cfg,
+		gateway.WithTransport(engine.transport()),
+		gateway.WithController(ctrl),
+		gateway.WithLogger(log),
+		gateway.WithListeners(traffic, admin))
+	if err != nil {
+		return nil, err
+	}
+	return fe, nil
+}
+
+func newPeer(name string) (peers.Algorithm, error) {
+	switch name {
+	case "envoy-gradient":
+		return peers.NewEnvoy(), nil
+	case "netflix-gradient2":
+		return peers.NewGradient2(), nil
+	case "netflix-aimd":
+		return peers.NewAIMD(), nil
+	}
+	return nil, fmt.Errorf("unknown peer %q", name)
+}
+
+// peerDriver feeds a peer algorithm what it sees at home (whole-request
+// latency, in flight, dropped) and applies its limit to the limiter.
+type peerDriver struct {
+	mu   sync.Mutex
+	alg  peers.Algorithm
+	lim  *admission.Limiter
+	traj *trajectory
+}
+
+var _ proxy.Observer = (*peerDriver)(nil)
+
+func (d *peerDriver) FirstChunk(proxy.FirstChunk) {}
+func (d *peerDriver) Chunk(proxy.Chunk)           {}
+
+// Done samples a finished request: latency from forwarding to the end
+// (the time its slot was held). Refusals and requests whose client left
+// are not samples; engine errors are drops.
+func (d *peerDriver) Done(r slo.Record) {
+	if r.Outcome.Has(slo.Rejected) || r.Outcome.Has(slo.InvalidRequest) || r.OutputTokens == 0 && r.Outcome.Has(slo.ClientCancelled) {
+		return
+	}
+	now := time.Now()
+	inflight := d.lim.State().Running + 1 // as it was, before this release
+	d.mu.Lock()
+	d.alg.Sample(now, r.E2E-r.QueueWait, inflight, r.Outcome.Has(slo.EngineError))
+	d.applyLocked(now)
+	d.mu.Unlock()
+}
+
+func (d *peerDriver) applyLocked(now time.Time) {
+	l := max(d.alg.Limit(), 1)
+	if l != d.lim.State().Limit {
+		d.lim.SetLimit(l)
+		d.traj.add(now, l)
+	}
+}
+
+// Run ticks time-driven peers (Envoy's windows) every 100ms.
+func (d *peerDriver) Run(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case now := <-t.C:
+			d.mu.Lock()
+			d.alg.Tick(now)
+			d.applyLocked(now)
+			d.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,179 @@
+package scenarios
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is one scenario's line of the table; the JSON field names are the
+// issue's.
+type Row struct {
+	Scenario           string             `json:"scenario"`
+	EngineAloneGoodput float64            `json:"engine_alone_goodput"`
+	OracleCap          int                `json:"oracle_cap"`
+	OracleGoodput      float64            `json:"oracle_goodput"`
+	Pow2Cap            int                `json:"pow2_cap"`
+	Pow2Goodput        float64            `json:"pow2_goodput"`
+	AdaptiveGoodput    float64            `json:"adaptive_goodput"`
+	AdaptiveFinalCap   int                `json:"adaptive_final_cap"`
+	ConvergeSeconds    float64            `json:"converge_seconds"`
+	Peers              map[string]float64 `json:"peers"`
+
+	// Beyond the issue's fields: the ratio, the halves of a scenario with a
+	// change (adaptive and oracle per half, and re-convergence), the light
+	// load checks, and the threshold checks with their verdicts.
+	AdaptiveOverOracle  float64    `json:"adaptive_over_oracle"`
+	AdaptiveHalves      [2]float64 `json:"adaptive_halves,omitempty"`
+	OracleHalves        [2]float64 `json:"oracle_halves,omitempty"`
+	OracleHalfCaps      [2]int     `json:"oracle_half_caps,omitempty"`
+	ReconvergeSeconds   float64    `json:"reconverge_seconds,omitempty"`
+	AdaptiveRejected    int        `json:"adaptive_rejected"`
+	AdaptiveMedianTTFTm float64    `json:"adaptive_median_ttft_ms"`
+	EngineMedianTTFTms  float64    `json:"engine_median_ttft_ms"`
+	Checks              []Check    `json:"checks"`
+}
+
+// Check is one threshold of the issue and whether it held.
+type Check struct {
+	What string `json:"what"`
+	OK   bool   `json:"ok"`
+}
+
+// Rows computes the table.
+func (s *Suite) Rows() []Row {
+	var rows []Row
+	for _, sc := range s.Scenarios {
+		rows = append(rows, s.row(sc))
+	}
+	return rows
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func (s *Suite) row(sc Scenario) Row {
+	id := sc.ID
+	row := Row{Scenario: fmt.Sprintf("%d %s", id, sc.Name), Peers: map[string]float64{}}
+	eng, _ := s.find(id, "engine")
+	ad, _ := s.find(id, "adaptive")
+	row.EngineAloneGoodput = eng.Goodput
+	row.EngineMedianTTFTms = ms(eng.MedianTTFT)
+	row.OracleCap, row.OracleGoodput = s.oracle(id, -1)
+	row.Pow2Cap, row.Pow2Goodput = s.best(id, -1, true)
+	row.AdaptiveGoodput, row.AdaptiveFinalCap = ad.Goodput, ad.FinalCap
+	row.ConvergeSeconds = ad.Converge.Seconds()
+	row.AdaptiveRejected = ad.Rejected
+	row.AdaptiveMedianTTFTm = ms(ad.MedianTTFT)
+	if row.OracleGoodput > 0 {
+		row.AdaptiveOverOracle = ad.Goodput / row.OracleGoodput
+	}
+	for _, p := range Peers {
+		if r, ok := s.find(id, p); ok {
+			row.Peers[p] = r.Goodput
+		}
+	}
+	ratio := func(a, b float64) float64 {
+		if b <= 0 {
+			return math.Inf(1)
+		}
+		return a / b
+	}
+	add := func(ok bool, format string, args ...any) {
+		row.Checks = append(row.Checks, Check{What: fmt.Sprintf(format, args...), OK: ok})
+	}
+	switch id {
+	case 1, 2, 6, 7, 8:
+		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.95, "adaptive >= 0.95 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
+	case 3:
+		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.9, "adaptive >= 0.9 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
+		add(ad.Goodput >= 5*eng.Goodput && ad.Goodput > 0, "adaptive >= 5 x engine alone (%.4f vs %.4f)", ad.Goodput, eng.Goodput)
+	case 4, 5:
+		row.AdaptiveHalves = ad.Halves
+		row.ReconvergeSeconds = ad.Reconverge.Seconds()
+		for h := range 2 {
+			row.OracleHalfCaps[h], row.OracleHalves[h] = s.oracle(id, h)
+			r := ratio(ad.Halves[h], row.OracleHalves[h])
+			add(r >= 0.9, "half %d: adaptive >= 0.9 x oracle of the half (%.3f)", h+1, r)
+		}
+		add(ad.Reconverge <= time.Minute, "re-converged within 60s of the change (%.0fs)", ad.Reconverge.Seconds())
+	}
+	if id == 1 {
+		add(ad.Goodput >= row.Pow2Goodput, "adaptive >= best power-of-two cap %d (%.4f vs %.4f)", row.Pow2Cap, ad.Goodput, row.Pow2Goodput)
+	}
+	if id == 6 {
+		add(ad.Rejected == 0, "no request rejected (%d)", ad.Rejected)
+		d := ad.MedianTTFT - eng.MedianTTFT
+		add(d.Abs() <= time.Millisecond, "median client TTFT within 1ms of engine alone (%+.3fms)", ms(d))
+	}
+	short := false
+	for _, g := range row.Peers {
+		if g < row.OracleGoodput {
+			short = true
+		}
+	}
+	if short {
+		ahead := true
+		for _, g := range row.Peers {
+			ahead = ahead && ad.Goodput >= g
+		}
+		add(ahead, "ahead of every peer")
+	}
+	return row
+}
+
+// WriteTable prints the table with the definitions it rests on.
+func WriteTable(w io.Writer, s *Suite) error {
+	rows := s.Rows()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tengine alone\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tfinal cap\tconverge s\t"+strings.Join(Peers, "\t")+"\t")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%.3f\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%d\t%.0f\t", r.Scenario, r.EngineAloneGoodput,
+			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle,
+			r.AdaptiveFinalCap, r.ConvergeSeconds)
+		for _, p := range Peers {
+			if g, ok := r.Peers[p]; ok {
+				fmt.Fprintf(tw, "%.3f\t", g)
+			} else {
+				fmt.Fprint(tw, "-\t")
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\ngoodput: completed requests/s that met TTFT <= %v (arrival to first output chunk, as the client felt it) and TPOT <= %v ((E2E - TTFT)/(output_tokens - 1)) at once, over a %v window after %v of warm-up, simulated time; rejected and failed requests are never good. Knee capacity (scenario 1 oracle): %.3f req/s. Caps swept: %s. Wall time %v.\n\n",
+		TTFTTarget, TPOTTarget, s.Options.Timing.Window, s.Options.Timing.Warmup, s.KneeCapacity, capsString(s.Options.Caps), s.Wall.Round(time.Second))
+	for _, r := range rows {
+		for _, c := range r.Checks {
+			v := "ok  "
+			if !c.OK {
+				v = "MISS"
+			}
+			fmt.Fprintf(w, "%s  %s: %s\n", v, r.Scenario, c.What)
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes the rows as a JSON list.
+func WriteJSON(w io.Writer, s *Suite) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(s.Rows())
+}
+
+func capsString(caps []int) string {
+	if len(caps) == 64 && caps[0] == 1 && caps[63] == 64 {
+		return "1..64"
+	}
+	parts := make([]string, len(caps))
+	for i, c := range caps {
+		parts[i] = fmt.Sprint(c)
+	}
+	return strings.Join(parts, ",")
+}

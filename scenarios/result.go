@@ -1,0 +1,84 @@
+package scenarios
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// CapPoint is the cap from At (time since the run started) on.
+type CapPoint struct {
+	At  time.Duration `json:"at"`
+	Cap int           `json:"cap"`
+}
+
+// RunResult is one run of one scenario in one mode.
+type RunResult struct {
+	Mode string `json:"mode"` // "engine", "static", "adaptive" or a peer's name
+	Cap  int    `json:"cap,omitempty"`
+	// Goodput is good completions per second over the measured window;
+	// Halves splits the window at the scenario's change.
+	Goodput float64    `json:"goodput"`
+	Halves  [2]float64 `json:"halves"`
+	// Counts over the measured window.
+	Completed, Good, Rejected, Errors int
+	// MedianTTFT is the median client TTFT of completed requests.
+	MedianTTFT time.Duration `json:"median_ttft"`
+	// Caps is the trajectory of an adaptive or peer limit.
+	Caps     []CapPoint `json:"caps,omitempty"`
+	FinalCap int        `json:"final_cap,omitempty"`
+	// Converge is when the cap last left the band around its final value
+	// (from the start); Reconverge the same for the second half, counted
+	// from the change. -1 when the run has no trajectory.
+	Converge, Reconverge time.Duration
+	// Wall is the real time the run took (measured outside its bubble).
+	Wall time.Duration `json:"wall"`
+}
+
+// band is the tolerance around a final cap within which it counts as
+// converged: max(1, 10 %).
+func band(final int) int { return max(1, int(math.Round(0.1*float64(final)))) }
+
+// capAt returns the cap in force at t.
+func capAt(caps []CapPoint, t time.Duration) int {
+	c := 0
+	for _, p := range caps {
+		if p.At > t {
+			break
+		}
+		c = p.Cap
+	}
+	return c
+}
+
+// convergence returns the cap in force at end and how long after from the
+// trajectory entered, for the last time, the band of max(1, 10 %) around it.
+func convergence(caps []CapPoint, from, end time.Duration) (final int, after time.Duration) {
+	final = capAt(caps, end)
+	b := band(final)
+	inBand := func(c int) bool { return c >= final-b && c <= final+b }
+	entered, wasIn := from, inBand(capAt(caps, from))
+	for _, p := range caps {
+		if p.At <= from || p.At > end {
+			continue
+		}
+		in := inBand(p.Cap)
+		if in && !wasIn {
+			entered = p.At
+		}
+		wasIn = in
+	}
+	return final, entered - from
+}
+
+func median(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}

@@ -1,0 +1,202 @@
+package scenarios
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kneecap/kneecap/bench"
+	"github.com/kneecap/kneecap/sim"
+)
+
+// Mode is how the engine is fronted in one run.
+type Mode struct {
+	// Kind is "engine" (no gateway), "static" (the gateway with a static
+	// cap Cap), "adaptive" (the gateway with its defaults) or "peer" (the
+	// gateway's limiter driven by the peer algorithm Peer).
+	Kind string
+	Cap  int
+	Peer string
+}
+
+func (m Mode) String() string {
+	switch m.Kind {
+	case "static":
+		return fmt.Sprintf("static-%d", m.Cap)
+	case "peer":
+		return m.Peer
+	}
+	return m.Kind
+}
+
+// Run is one run's setting.
+type Run struct {
+	Scenario Scenario
+	Mode     Mode
+	Timing   Timing
+	// KneeCapacity resolves open-loop rates (requests/s).
+	KneeCapacity float64
+	// Seed makes the run repeatable.
+	Seed uint64
+}
+
+// RetryAfterMax bounds how long a closed-loop user honours Retry-After.
+const RetryAfterMax = 30 * time.Second
+
+// execute runs r in the calling goroutine's time (inside a synctest bubble
+// this is virtual time) and returns its result. Everything it starts ends
+// before it returns.
+func (r Run) execute(ctx context.Context) (RunResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	quiet := slog.New(slog.DiscardHandler)
+
+	eng, err := sim.New(sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
+	if err != nil {
+		return RunResult{}, err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	engL := newPipeListener("engine")
+	engSrv := &http.Server{Handler: eng.Handler(), ErrorLog: nil}
+	wg.Go(func() { _ = engSrv.Serve(engL) })
+	wg.Go(func() { _ = eng.Run(ctx) })
+	defer engSrv.Close()
+
+	front := engL
+	var traj *trajectory
+	gwCtx, stopGateway := context.WithCancel(context.Background())
+	defer stopGateway()
+	if r.Mode.Kind != "engine" {
+		gwL, adminL := newPipeListener("gateway"), newPipeListener("admin")
+		fe, err := newFrontend(r, engL, gwL, adminL, quiet)
+		if err != nil {
+			return RunResult{}, err
+		}
+		traj = fe.traj
+		// The gateway stops (and drains) before the engine does.
+		wg.Go(func() { _ = fe.gw.Run(gwCtx) })
+		front = gwL
+	}
+
+	start := time.Now()
+	if r.Scenario.StepFactor > 0 {
+		t := time.AfterFunc(r.Timing.ChangeAt(), func() { eng.SetStepFactor(r.Scenario.StepFactor) })
+		defer t.Stop()
+	}
+	tr := front.transport()
+	defer tr.CloseIdleConnections()
+	cfg := bench.Config{
+		BaseURL:       "http://" + front.name,
+		Model:         r.Scenario.Profile.Model,
+		Client:        &http.Client{Transport: tr},
+		Levels:        []float64{float64(r.Scenario.Users)},
+		Warmup:        r.Timing.Warmup,
+		Duration:      r.Timing.Window,
+		Workload:      r.Scenario.workload(r.Timing),
+		Seed:          r.Seed,
+		IgnoreEOS:     true,
+		Targets:       bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget},
+		RetryAfterMax: RetryAfterMax,
+	}
+	if r.Scenario.Users == 0 {
+		cfg.Mode = bench.Open
+		cfg.Levels = []float64{r.Scenario.rate(r.KneeCapacity)}
+		cfg.Interarrival = r.Scenario.interarrival()
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil && !errors.Is(err, bench.ErrTimeout) {
+		return RunResult{}, err
+	}
+	if len(rep.Levels) == 0 {
+		return RunResult{}, errors.New("bench ran no level")
+	}
+	res := r.result(rep.Levels[0], start, traj)
+	stopGateway()
+	cancel()
+	return res, nil
+}
+
+// result computes a run's numbers from the bench records.
+func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult {
+	res := RunResult{Mode: r.Mode.Kind, Cap: r.Mode.Cap, Converge: -1, Reconverge: -1}
+	if r.Mode.Kind == "peer" {
+		res.Mode = r.Mode.Peer
+	}
+	from, to := lv.WindowStart, lv.WindowEnd
+	mid := start.Add(r.Timing.ChangeAt())
+	var ttfts []time.Duration
+	count := func(recs []bench.Record) (good int) {
+		for _, rec := range recs {
+			if rec.Good {
+				good++
+			}
+		}
+		return good
+	}
+	for _, rec := range bench.Slice(lv.Records, from, to) {
+		switch rec.Outcome {
+		case bench.Completed:
+			res.Completed++
+			ttfts = append(ttfts, rec.TTFT)
+			if rec.Good {
+				res.Good++
+			}
+		case bench.Rejected:
+			res.Rejected++
+		default:
+			res.Errors++
+		}
+	}
+	res.MedianTTFT = median(ttfts)
+	if d := to.Sub(from).Seconds(); d > 0 {
+		res.Goodput = float64(res.Good) / d
+	}
+	if d := mid.Sub(from).Seconds(); d > 0 {
+		res.Halves[0] = float64(count(bench.Slice(lv.Records, from, mid))) / d
+	}
+	if d := to.Sub(mid).Seconds(); d > 0 {
+		res.Halves[1] = float64(count(bench.Slice(lv.Records, mid, to))) / d
+	}
+	if traj != nil {
+		res.Caps = traj.points()
+		end := to.Sub(start)
+		res.FinalCap, res.Converge = convergence(res.Caps, 0, end)
+		if r.Scenario.HasChange() {
+			_, res.Reconverge = convergence(res.Caps, r.Timing.ChangeAt(), end)
+		}
+	}
+	return res
+}
+
+// trajectory records a limit's changes over time.
+type trajectory struct {
+	mu    sync.Mutex
+	start time.Time
+	caps  []CapPoint
+}
+
+func newTrajectory(start time.Time, initial int) *trajectory {
+	return &trajectory{start: start, caps: []CapPoint{{0, initial}}}
+}
+
+func (t *trajectory) add(now time.Time, c int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n := len(t.caps); n > 0 && t.caps[n-1].Cap == c {
+		return
+	}
+	t.caps = append(t.caps, CapPoint{now.Sub(t.start), c})
+}
+
+func (t *trajectory) points() []CapPoint {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]CapPoint(nil), t.caps...)
+}

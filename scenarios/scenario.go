@@ -1,0 +1,135 @@
+package scenarios
+
+import (
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/kneecap/kneecap/bench"
+	"github.com/kneecap/kneecap/sim"
+)
+
+// Targets of every scenario unless it says otherwise (the issue's).
+var (
+	TTFTTarget = time.Second
+	TPOTTarget = 100 * time.Millisecond
+)
+
+// Scenario is one situation the controller must handle. Rates given as a
+// share of the knee's capacity are resolved against scenario 1's oracle
+// goodput (the best static cap's good requests per second, closed loop).
+type Scenario struct {
+	// ID is the number (1-8); Name is a short label.
+	ID   int
+	Name string
+	// Profile is the simulated engine; Prompt and Output the workload's
+	// lengths in tokens (fixed, ignore_eos).
+	Profile        sim.Profile
+	Prompt, Output int
+	// Users > 0: closed loop with that many users honouring Retry-After
+	// (at most RetryAfterMax). Otherwise open loop at Rate.
+	Users int
+	// KneeShare is the open-loop mean rate as a share of the knee's
+	// capacity.
+	KneeShare float64
+	// Burst makes open-loop arrivals on/off: BurstOn at KneeShare*on/(on+off)
+	// ... see interarrival.
+	BurstOn, BurstOff time.Duration
+	// Change happens halfway through the measured window: the prompt
+	// length doubles (PromptDoubles) or every step takes StepFactor times
+	// as long.
+	PromptDoubles bool
+	StepFactor    float64
+	// TightShare of the requests carry x-slo-tpot-ms: TightTPOT.
+	TightShare float64
+	TightTPOT  time.Duration
+}
+
+// HasChange reports whether the scenario changes halfway.
+func (s Scenario) HasChange() bool { return s.PromptDoubles || s.StepFactor > 0 }
+
+// The timing of every run, in simulated time: Warmup is not measured; the
+// window lasts Window; a change happens at Warmup + Window/2.
+type Timing struct {
+	Warmup, Window time.Duration
+}
+
+// DefaultTiming is long enough for a few hundred completions at the knee
+// of gb10-bf16 and for the controller to converge inside the warm-up.
+var DefaultTiming = Timing{Warmup: 60 * time.Second, Window: 240 * time.Second}
+
+// ChangeAt is when the change of a scenario happens, from the run's start.
+func (t Timing) ChangeAt() time.Duration { return t.Warmup + t.Window/2 }
+
+// All returns the eight scenarios.
+func All() []Scenario {
+	w := sim.SecondWorkload
+	base := Scenario{Profile: sim.GB10BF16, Prompt: w.PromptTokens, Output: w.OutputTokens}
+	s := func(id int, name string, f func(*Scenario)) Scenario {
+		sc := base
+		sc.ID, sc.Name = id, name
+		f(&sc)
+		return sc
+	}
+	return []Scenario{
+		s(1, "closed-64-bf16", func(sc *Scenario) { sc.Users = 64 }),
+		s(2, "closed-64-fp8", func(sc *Scenario) { sc.Users = 64; sc.Profile = sim.GB10FP8 }),
+		s(3, "open-2x-knee", func(sc *Scenario) { sc.KneeShare = 2 }),
+		s(4, "prompt-doubles", func(sc *Scenario) { sc.Users = 64; sc.PromptDoubles = true }),
+		s(5, "engine-slowdown", func(sc *Scenario) { sc.Users = 64; sc.StepFactor = 1.5 }),
+		s(6, "light-load", func(sc *Scenario) { sc.KneeShare = 0.2 }),
+		s(7, "bursts", func(sc *Scenario) {
+			sc.KneeShare = 1
+			sc.BurstOn, sc.BurstOff = 20*time.Second, 40*time.Second
+		}),
+		s(8, "mixed-targets", func(sc *Scenario) {
+			sc.Users = 64
+			sc.TightShare, sc.TightTPOT = 0.5, 50*time.Millisecond
+		}),
+	}
+}
+
+// workload builds the bench workload: fixed lengths, the prompt doubling
+// at the change, and a share of requests with a tighter TPOT header.
+func (s Scenario) workload(t Timing) bench.Workload {
+	changeAt := t.ChangeAt()
+	return bench.WorkloadFunc(func(sl bench.Slot) bench.Request {
+		n := s.Prompt
+		if s.PromptDoubles && sl.Elapsed >= changeAt {
+			n *= 2
+		}
+		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: s.Output, Class: "default"}
+		if s.TightShare > 0 && sl.Rand.Float64() < s.TightShare {
+			req.Header = http.Header{"X-Slo-Tpot-Ms": {strconv.Itoa(int(s.TightTPOT / time.Millisecond))}}
+			req.Targets = bench.Targets{TTFT: TTFTTarget, TPOT: s.TightTPOT}
+			req.Class = "tight"
+		}
+		return req
+	})
+}
+
+// interarrival returns on/off arrivals: during each on phase, Poisson
+// arrivals at rate*(on+off)/on, so that the mean over a cycle is rate;
+// nothing during the off phase.
+func (s Scenario) interarrival() func(r *rand.Rand, rate float64, elapsed time.Duration) time.Duration {
+	if s.BurstOn <= 0 {
+		return nil
+	}
+	cycle := s.BurstOn + s.BurstOff
+	return func(r *rand.Rand, rate float64, elapsed time.Duration) time.Duration {
+		onRate := rate * float64(cycle) / float64(s.BurstOn)
+		gap := time.Duration(r.ExpFloat64() / onRate * float64(time.Second))
+		next := elapsed + gap
+		if pos := next % cycle; pos >= s.BurstOn { // falls in an off phase
+			next += cycle - pos
+		}
+		return next - elapsed
+	}
+}
+
+// rate is the open-loop rate for a knee capacity in requests/s.
+func (s Scenario) rate(kneeCapacity float64) float64 {
+	return math.Max(s.KneeShare*kneeCapacity, 0.01)
+}

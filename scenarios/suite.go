@@ -1,0 +1,171 @@
+package scenarios
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Peers are the peer algorithms run on the same path (package
+// admission/peers).
+var Peers = []string{"envoy-gradient", "netflix-gradient2", "netflix-aimd"}
+
+// Options choose what a suite runs.
+type Options struct {
+	// Scenarios are the IDs to run; empty means all.
+	Scenarios []int
+	// Caps are the static caps swept for the oracle; empty means 1..64.
+	Caps []int
+	// NoPeers skips the peer algorithms.
+	NoPeers bool
+	// Timing of every run; zero means DefaultTiming.
+	Timing Timing
+	// Seed of every run (the same in every mode, so they see the same
+	// requests).
+	Seed uint64
+	// Progress, when set, is told about every finished run.
+	Progress func(sc Scenario, res RunResult)
+}
+
+// AllCaps is 1..64.
+func AllCaps() []int {
+	c := make([]int, 64)
+	for i := range c {
+		c[i] = i + 1
+	}
+	return c
+}
+
+// Suite is the outcome of a suite: every run, by scenario and mode.
+type Suite struct {
+	Options Options
+	// KneeCapacity is scenario 1's oracle goodput, which sets the rates of
+	// the open-loop scenarios.
+	KneeCapacity float64
+	Runs         map[int][]RunResult
+	Scenarios    []Scenario
+	Wall         time.Duration
+}
+
+// RunSuite runs the suite. It must be given a *testing.T because each run
+// is a testing/synctest bubble; parallel runs use the test's -parallel
+// setting (GOMAXPROCS by default). Scenarios 3, 6 and 7 need scenario 1's
+// oracle first and run in a second stage.
+func RunSuite(t *testing.T, opt Options) *Suite {
+	start := time.Now()
+	if len(opt.Caps) == 0 {
+		opt.Caps = AllCaps()
+	}
+	if opt.Timing == (Timing{}) {
+		opt.Timing = DefaultTiming
+	}
+	s := &Suite{Options: opt, Runs: map[int][]RunResult{}}
+	want := func(id int) bool { return len(opt.Scenarios) == 0 || slices.Contains(opt.Scenarios, id) }
+	for _, sc := range All() {
+		if want(sc.ID) {
+			s.Scenarios = append(s.Scenarios, sc)
+		}
+	}
+	needsKnee := func(sc Scenario) bool { return sc.Users == 0 }
+	var first, second []Scenario
+	for _, sc := range s.Scenarios {
+		if needsKnee(sc) {
+			second = append(second, sc)
+		} else {
+			first = append(first, sc)
+		}
+	}
+	if len(second) > 0 && !want(1) {
+		first = append([]Scenario{All()[0]}, first...)
+	}
+	s.runStage(t, first, 0)
+	if len(second) > 0 {
+		_, s.KneeCapacity = s.oracle(1, -1)
+		s.runStage(t, second, s.KneeCapacity)
+	}
+	s.Wall = time.Since(start)
+	return s
+}
+
+// modes lists the runs of one scenario.
+func (s *Suite) modes() []Mode {
+	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
+	for _, c := range s.Options.Caps {
+		m = append(m, Mode{Kind: "static", Cap: c})
+	}
+	if !s.Options.NoPeers {
+		for _, p := range Peers {
+			m = append(m, Mode{Kind: "peer", Peer: p})
+		}
+	}
+	return m
+}
+
+func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
+	var mu sync.Mutex
+	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
+		for _, sc := range scs {
+			for _, m := range s.modes() {
+				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
+				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
+					t.Parallel()
+					var res RunResult
+					var err error
+					wall := time.Now()
+					synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
+					res.Wall = time.Since(wall)
+					if err != nil {
+						t.Errorf("scenario %d %s: %v", sc.ID, m, err)
+						return
+					}
+					mu.Lock()
+					s.Runs[sc.ID] = append(s.Runs[sc.ID], res)
+					mu.Unlock()
+					if s.Options.Progress != nil {
+						s.Options.Progress(sc, res)
+					}
+				})
+			}
+		}
+	})
+}
+
+// oracle returns the best static cap of a scenario and its goodput, over
+// the whole window (half < 0) or one half (0 or 1). Ties go to the smaller
+// cap. With pow2 only caps that are powers of two count.
+func (s *Suite) best(id, half int, pow2 bool) (int, float64) {
+	bestCap, bestG := 0, -1.0
+	for _, r := range s.Runs[id] {
+		if r.Mode != "static" || (pow2 && r.Cap&(r.Cap-1) != 0) {
+			continue
+		}
+		g := r.Goodput
+		if half >= 0 {
+			g = r.Halves[half]
+		}
+		if g > bestG || (g == bestG && r.Cap < bestCap) {
+			bestCap, bestG = r.Cap, g
+		}
+	}
+	return bestCap, max(bestG, 0)
+}
+
+func (s *Suite) oracle(id, half int) (int, float64) { return s.best(id, half, false) }
+
+// find returns the run of a scenario in one mode ("engine", "adaptive", a
+// peer's name).
+func (s *Suite) find(id int, mode string) (RunResult, bool) {
+	for _, r := range s.Runs[id] {
+		if r.Mode == mode {
+			return r, true
+		}
+	}
+	return RunResult{}, false
+}
+
+// parallelism is how many runs go at once by default.
+func parallelism() int { return runtime.GOMAXPROCS(0) }
