@@ -13,10 +13,6 @@ const operatingDoc = "docs/operating.md"
 
 var envRow = regexp.MustCompile("^\\| `(KNEECAP_[A-Z0-9_]+)` \\| ([^|]*) \\|")
 
-// pendingEnv are the adaptive controller's variables (issue 5), documented
-// before gateway.Config reads them.
-var pendingEnv = setOf("KNEECAP_SLO_PERCENTILE", "KNEECAP_MIN_CAP", "KNEECAP_MAX_CAP")
-
 // TestOperatingDocEnvTable keeps the environment table in docs/operating.md
 // equal to the variables the gateway reads, with their defaults.
 func TestOperatingDocEnvTable(t *testing.T) {
@@ -31,9 +27,6 @@ func TestOperatingDocEnvTable(t *testing.T) {
 		name, def := m[1], strings.Trim(strings.TrimSpace(m[2]), "`")
 		seen[name] = true
 		want, ok := gw.env[name]
-		if !ok && pendingEnv[name] {
-			continue
-		}
 		if !ok {
 			t.Errorf("%s documents %s, which the gateway does not read", operatingDoc, name)
 			continue
