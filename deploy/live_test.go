@@ -42,13 +42,18 @@ func TestLivePrometheus(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	// One client for the whole test, its idle connections closed at the
+	// end so that no connection goroutine outlives the test.
+	tr := &http.Transport{MaxIdleConnsPerHost: 16}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
 	dir := t.TempDir()
 	simAddr, promAddr := freeAddr(t), freeAddr(t)
 
 	// A small share of engine errors, so that the engine-error alert's
 	// series exist as they would in production.
 	startProc(ctx, t, "sim", bin, nil, "sim", "--listen", simAddr, "--profile", "tiny", "--fault-error-rate", "0.02", "--seed", "7")
-	waitHTTP(ctx, t, "http://"+simAddr+"/health")
+	waitHTTP(ctx, t, client, "http://"+simAddr+"/health")
 
 	type replica struct{ pod, traffic, admin string }
 	replicas := []replica{{"llm-0", freeAddr(t), freeAddr(t)}, {"llm-1", freeAddr(t), freeAddr(t)}}
@@ -69,13 +74,13 @@ func TestLivePrometheus(t *testing.T) {
 	}
 	gw := contract(t)
 	for _, r := range replicas {
-		waitHTTP(ctx, t, "http://"+r.admin+"/readyz")
+		waitHTTP(ctx, t, client, "http://"+r.admin+"/readyz")
 		for _, route := range gw.adminRoutes {
-			checkGET(t, "http://"+r.admin+route)
+			checkGET(t, client, "http://"+r.admin+route)
 		}
 		// The ServiceMonitor's second endpoint: the engine's own metrics
 		// through kneecap's traffic port.
-		if body := getBody(t, "http://"+r.traffic+"/metrics"); !strings.Contains(body, "vllm:") {
+		if body := getBody(t, client, "http://"+r.traffic+"/metrics"); !strings.Contains(body, "vllm:") {
 			t.Errorf("GET /metrics on kneecap's traffic port does not reach the engine's metrics:\n%.300s", body)
 		}
 	}
@@ -104,8 +109,8 @@ scrape_configs:
 		"--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+promAddr,
 		"--log.level=warn")
-	waitHTTP(ctx, t, "http://"+promAddr+"/-/ready")
-	api := promAPI{base: "http://" + promAddr}
+	waitHTTP(ctx, t, client, "http://"+promAddr+"/-/ready")
+	api := promAPI{base: "http://" + promAddr, client: client}
 
 	// Load: a few closed-loop users per replica, streamed and not, until
 	// the queries are done; bounded in time and count.
@@ -117,7 +122,7 @@ scrape_configs:
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				users(loadCtx, "http://"+r.traffic, u%3 != 0, &sent, &rejected)
+				users(loadCtx, client, "http://"+r.traffic, u%3 != 0, &sent, &rejected)
 			}()
 		}
 	}
@@ -269,7 +274,7 @@ func decodeFile[T any](t *testing.T, rel string) T {
 
 // users sends requests one after another until ctx ends (or 2000 requests),
 // pausing briefly after a rejection.
-func users(ctx context.Context, base string, stream bool, sent, rejected *atomic.Int64) {
+func users(ctx context.Context, client *http.Client, base string, stream bool, sent, rejected *atomic.Int64) {
 	body := fmt.Sprintf(`{"model":"tiny","stream":%t,"max_tokens":24,"ignore_eos":true,"messages":[{"role":"user","content":%q}]}`,
 		stream, strings.Repeat("word ", 40))
 	for i := 0; i < 2000 && ctx.Err() == nil; i++ {
@@ -278,7 +283,7 @@ func users(ctx context.Context, base string, stream bool, sent, rejected *atomic
 			return
 		}
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			continue
 		}
@@ -295,7 +300,10 @@ func users(ctx context.Context, base string, stream bool, sent, rejected *atomic
 	}
 }
 
-type promAPI struct{ base string }
+type promAPI struct {
+	base   string
+	client *http.Client
+}
 
 type promResult struct {
 	Status string `json:"status"`
@@ -316,7 +324,7 @@ func (p promAPI) query(ctx context.Context, expr string) (promResult, error) {
 	if err != nil {
 		return r, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		return r, err
 	}
@@ -358,7 +366,7 @@ func (p promAPI) finite(ctx context.Context, expr string) bool {
 func (p promAPI) names(ctx context.Context, t *testing.T) map[string]bool {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.base+"/api/v1/label/__name__/values", nil)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := p.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,12 +448,12 @@ func freeAddr(t *testing.T) string {
 }
 
 // waitHTTP polls url until it answers 200, for up to 30s.
-func waitHTTP(ctx context.Context, t *testing.T, url string) {
+func waitHTTP(ctx context.Context, t *testing.T, client *http.Client, url string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := client.Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -459,9 +467,9 @@ func waitHTTP(ctx context.Context, t *testing.T, url string) {
 	}
 }
 
-func checkGET(t *testing.T, url string) {
+func checkGET(t *testing.T, client *http.Client, url string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Errorf("GET %s: %v", url, err)
 		return
@@ -472,9 +480,9 @@ func checkGET(t *testing.T, url string) {
 	}
 }
 
-func getBody(t *testing.T, url string) string {
+func getBody(t *testing.T, client *http.Client, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := client.Get(url)
 	if err != nil {
 		t.Errorf("GET %s: %v", url, err)
 		return ""
