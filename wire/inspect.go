@@ -61,15 +61,7 @@ func inspectFast(data []byte) (f chunkFacts, ok bool) {
 
 // top scans the top-level object.
 func (s *chunkScan) top(f *chunkFacts) bool {
-	members, ok := s.openObject()
-	if !ok || !members {
-		return ok
-	}
-	for {
-		name, ok := s.key()
-		if !ok {
-			return false
-		}
+	return s.object(func(name []byte) (ok bool) {
 		switch {
 		case is(name, "object"):
 			ok = s.objectField(f)
@@ -84,18 +76,8 @@ func (s *chunkScan) top(f *chunkFacts) bool {
 		default:
 			ok = s.skipValue()
 		}
-		if !ok {
-			return false
-		}
-		more, ok := s.afterMember()
-		if !ok {
-			return false
-		}
-		if !more {
-			s.leave()
-			return true
-		}
-	}
+		return ok
+	})
 }
 
 // objectField reads "object": a string (the last one wins), or null (no-op).
@@ -195,15 +177,7 @@ func (s *chunkScan) choices(f *chunkFacts) bool {
 
 // choice reads one element of "choices".
 func (s *chunkScan) choice(c *choiceFacts) bool {
-	members, ok := s.openObject()
-	if !ok || !members {
-		return ok
-	}
-	for {
-		name, ok := s.key()
-		if !ok {
-			return false
-		}
+	return s.object(func(name []byte) (ok bool) {
 		switch {
 		case is(name, "text"):
 			ok = s.stringField(&c.text)
@@ -231,31 +205,13 @@ func (s *chunkScan) choice(c *choiceFacts) bool {
 		default:
 			ok = s.skipValue()
 		}
-		if !ok {
-			return false
-		}
-		more, ok := s.afterMember()
-		if !ok {
-			return false
-		}
-		if !more {
-			s.leave()
-			return true
-		}
-	}
+		return ok
+	})
 }
 
 // delta reads a choice's "delta" object into c.
 func (s *chunkScan) delta(c *choiceFacts) bool {
-	members, ok := s.openObject()
-	if !ok || !members {
-		return ok
-	}
-	for {
-		name, ok := s.key()
-		if !ok {
-			return false
-		}
+	return s.object(func(name []byte) (ok bool) {
 		switch {
 		case is(name, "content"):
 			ok = s.stringField(&c.content)
@@ -270,18 +226,8 @@ func (s *chunkScan) delta(c *choiceFacts) bool {
 		default:
 			ok = s.skipValue()
 		}
-		if !ok {
-			return false
-		}
-		more, ok := s.afterMember()
-		if !ok {
-			return false
-		}
-		if !more {
-			s.leave()
-			return true
-		}
-	}
+		return ok
+	})
 }
 
 // usage reads "usage": an object (merged into an earlier one unless a null
@@ -300,15 +246,7 @@ func (s *chunkScan) usage(f *chunkFacts) bool {
 		f.usagePresent = true
 		f.usage = Usage{}
 	}
-	members, ok := s.openObject()
-	if !ok || !members {
-		return ok
-	}
-	for {
-		name, ok := s.key()
-		if !ok {
-			return false
-		}
+	return s.object(func(name []byte) (ok bool) {
 		switch {
 		case is(name, "prompt_tokens"):
 			ok = s.intField(&f.usage.PromptTokens)
@@ -319,16 +257,6 @@ func (s *chunkScan) usage(f *chunkFacts) bool {
 		default:
 			ok = s.skipValue()
 		}
-		if !ok {
-			return false
-		}
-		more, ok := s.afterMember()
-		if !ok {
-			return false
-		}
-		if !more {
-			s.leave()
-			return true
-		}
-	}
+		return ok
+	})
 }

@@ -101,6 +101,31 @@ func (s *chunkScan) afterMember() (more, ok bool) {
 	return false, false
 }
 
+// object walks the object at the position: for each member it reads the
+// name and calls member, which must consume the value. It reports false on
+// bad syntax or when member does. member does not escape, so the closures
+// the readers pass stay on the stack.
+func (s *chunkScan) object(member func(name []byte) bool) bool {
+	members, ok := s.openObject()
+	if !ok || !members {
+		return ok
+	}
+	for {
+		name, ok := s.key()
+		if !ok || !member(name) {
+			return false
+		}
+		more, ok := s.afterMember()
+		if !ok {
+			return false
+		}
+		if !more {
+			s.leave()
+			return true
+		}
+	}
+}
+
 // openObject consumes '{' and reports whether the object has members.
 func (s *chunkScan) openObject() (members, ok bool) {
 	if !s.enter() {
