@@ -215,11 +215,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.register(fs)
 	fs.StringVar(&f.jsonFile, "json", "", "also write the report as JSON (vLLM's field names) to FILE")
 	fs.StringVar(&f.plotFile, "plot", "", "also draw the report to FILE.png or FILE.svg")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := f.config(stderr)
 	if err != nil {

@@ -26,11 +26,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&c.Plot, "plot", "", "write the picture here (.png or .svg; default kneecap-demo.png in the temp dir)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of the workload and the engine")
 	quiet := fs.Bool("quiet", false, "no progress output")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	var err error
 	if c.Levels, err = bench.ParseLevels(*levels); err != nil {

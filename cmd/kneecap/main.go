@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -58,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	err := cmd.run(ctx, args[1:], stdout, stderr)
-	if err == nil {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	fmt.Fprintf(stderr, "kneecap %s: %v\n", args[0], err)
@@ -67,6 +68,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 1
+}
+
+// parseFlags parses a subcommand's flags and refuses stray arguments. For
+// -h it returns flag.ErrHelp (the flag set has printed its usage), which run
+// treats as success; a bad flag is a usageError.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments: %q", fs.Args())
+	}
+	return nil
 }
 
 func printUsage(w io.Writer) {

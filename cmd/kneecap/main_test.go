@@ -23,3 +23,23 @@ func TestNoArgsPrintsUsage(t *testing.T) {
 		t.Fatalf("code %d, stderr %q", code, errb.String())
 	}
 }
+
+// Every subcommand answers -h with its usage and exit code 0, and a flag
+// it does not know with exit code 2.
+func TestEverySubcommandHelpAndBadFlag(t *testing.T) {
+	for name := range commands {
+		t.Run(name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			if code := run(context.Background(), []string{name, "-h"}, &out, &errb); code != 0 {
+				t.Errorf("%s -h: exit code %d, want 0 (stderr %q)", name, code, errb.String())
+			}
+			if errb.Len() == 0 {
+				t.Errorf("%s -h printed no usage", name)
+			}
+			errb.Reset()
+			if code := run(context.Background(), []string{name, "--no-such-flag"}, &out, &errb); code != 2 {
+				t.Errorf("%s --no-such-flag: exit code %d, want 2", name, code)
+			}
+		})
+	}
+}

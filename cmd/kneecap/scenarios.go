@@ -29,11 +29,8 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	window := fs.Duration("window", scenarios.DefaultTiming.Window, "simulated measured window of every run")
 	seed := fs.Uint64("seed", 1, "seed of every run")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs at once")
-	if err := fs.Parse(args); err != nil {
-		return usagef("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments %q", fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	opt := scenarios.Options{NoPeers: *noPeers, Seed: *seed,
 		Timing: scenarios.Timing{Warmup: *warmup, Window: *window}}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"io"
 	"os"
@@ -24,14 +23,8 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs.Usage = func() {
 		io.WriteString(stderr, "usage: kneecap serve\n\nConfigured by environment variables; see docs/gateway.md.\nKNEECAP_UPSTREAM (the engine's base URL) is required.\n")
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	cfg, err := gateway.ConfigFromEnv(os.Environ())
 	if err != nil {

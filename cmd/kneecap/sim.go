@@ -49,14 +49,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&f.SlowStartRate, "fault-slow-start-rate", 0, "share of requests held before they are queued")
 	fs.DurationVar(&f.SlowStartDelay, "fault-slow-start-delay", time.Second, "how long a slow start holds a request")
 	fs.DurationVar(&f.StartupDelay, "fault-startup-delay", 0, "answer 503 (loading) for this long after start")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return usagef("%v", err)
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	p, err := sim.LookupProfile(*profile)
 	if err != nil {
