@@ -72,7 +72,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", 0, "closed loop: wait the server's Retry-After, at most this long, after a 429 (0: don't)")
 	fs.Var(f.header, "header", "extra request header \"Name: value\" (repeatable)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
-	fs.Float64Var(&f.timeScale, "time-scale", 1, "the server runs this many times faster than the time it models (kneecap sim --time-scale): targets and the report are in its time; --duration and --warmup stay wall time")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "the server runs this many times faster than the time it models (kneecap sim --time-scale): --goodput targets, --rate and the report are in its time; --duration and --warmup stay wall time")
 }
 
 // config checks the flags and completes the Config.
@@ -127,7 +127,13 @@ func (f *benchFlags) config(stderr io.Writer) (bench.Config, error) {
 	if f.timeScale <= 0 {
 		return c, usagef("--time-scale must be positive")
 	}
+	// Targets and rates are given in the engine's time, as the report reads.
 	c.Targets = bench.Report{Targets: c.Targets}.Scaled(1 / f.timeScale).Targets
+	if c.Mode == bench.Open {
+		for i := range c.Levels {
+			c.Levels[i] *= f.timeScale
+		}
+	}
 	if len(f.header) > 0 {
 		c.Header = http.Header(f.header)
 	}

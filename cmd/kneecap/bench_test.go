@@ -93,3 +93,33 @@ func TestBenchOpenLoop(t *testing.T) {
 		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}
 }
+
+// With --time-scale, --rate is in the engine's time like the report: the
+// level reads as given, and the load sent in wall time is scale times higher.
+func TestBenchOpenLoopTimeScaledRate(t *testing.T) {
+	srv := streamEngine(t)
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--base-url", srv.URL, "--rate", "8", "--arrivals", "constant",
+		"--time-scale", "10", "--warmup", "0s", "--duration", "500ms", "--quiet", "--json", dir + "/r.json"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "8/s") {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
+	}
+	raw, err := os.ReadFile(dir + "/r.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 80 req/s of wall time for 0.5 s is about 40 requests (8/s of engine time
+	// would be 4); the report covers 5 s of engine time.
+	var rep struct {
+		Levels []struct {
+			Completed int `json:"completed"`
+		} `json:"levels"`
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil || len(rep.Levels) != 1 {
+		t.Fatalf("report %s: %v", raw, err)
+	}
+	if n := rep.Levels[0].Completed; n < 20 {
+		t.Fatalf("completed %d requests in 0.5 s of wall time; want about 40 (80/s wall = 8/s engine time at scale 10)\n%s", n, raw)
+	}
+}
