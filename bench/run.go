@@ -215,6 +215,11 @@ func (r *levelRun) closeWindowLocked(at time.Time) {
 func (r *levelRun) run(ctx context.Context) Level {
 	r.full = make(chan struct{})
 	r.start = time.Now()
+	if r.cfg.Warmup <= 0 {
+		// Open the window before any load starts: a request that ends before
+		// supervise runs must still be measured.
+		r.measuring, r.windowStart = true, r.start
+	}
 	lctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	if r.cfg.Mode == Closed {
@@ -242,9 +247,7 @@ func (r *levelRun) supervise(ctx context.Context) {
 		r.measuring, r.windowStart = true, time.Now()
 		r.mu.Unlock()
 	}
-	if r.cfg.Warmup <= 0 {
-		open()
-	} else {
+	if r.cfg.Warmup > 0 {
 		warm := time.NewTimer(r.cfg.Warmup)
 		defer warm.Stop()
 	warmup:
