@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// heapSample is the Go heap of a relay at one moment, and where it came from.
+type heapSample struct {
+	bytes  float64
+	source string // "pprof-live" (after a forced GC: live objects) or "heap_alloc" (includes unswept garbage)
+}
+
+// scrapeHeap reads the Go heap of a kneecap process from its admin listener.
+// It prefers /debug/pprof/heap?gc=1, which runs a GC first, so HeapAlloc is
+// the live heap; without pprof it falls back to the Prometheus Go collector's
+// go_memstats_heap_alloc_bytes, which also counts garbage not yet collected
+// and so overstates the heap a stream holds.
+func scrapeHeap(ctx context.Context, admin string) heapSample {
+	if body, err := get(ctx, admin+"/debug/pprof/heap?gc=1&debug=1"); err == nil {
+		if v, ok := findValue(body, "# HeapAlloc = "); ok {
+			return heapSample{v, "pprof-live"}
+		}
+	}
+	if body, err := get(ctx, admin+"/metrics"); err == nil {
+		if v, ok := findValue(body, "go_memstats_heap_alloc_bytes "); ok {
+			return heapSample{v, "heap_alloc"}
+		}
+	}
+	return heapSample{}
+}
+
+func get(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
+
+// findValue returns the number after prefix on the first line that starts
+// with it.
+func findValue(body, prefix string) (float64, bool) {
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// profileRound runs one extra round, not counted, while taking a CPU profile
+// of the relay and, for paced streams, a heap profile with every stream
+// running, from its admin listener's /debug/pprof.
+func profileRound(ctx context.Context, t *target, w workload, dir string, s setting) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	secs := 3
+	if w.interval > 0 {
+		secs = max(1, int(time.Duration(w.perWorker-w.steadyFrom)*w.stagger/time.Second))
+	}
+	name := fmt.Sprintf("%s-%d-%s", t.name, s.streams, s.mode)
+	errc := make(chan error, 2)
+	go func() {
+		sleepCtx(ctx, time.Duration(w.steadyFrom)*w.stagger)
+		body, err := get(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", t.adminURL, secs))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+"-cpu.pprof"), []byte(body), 0o644)
+		}
+		errc <- err
+	}()
+	go func() {
+		if w.interval == 0 {
+			errc <- nil
+			return
+		}
+		sleepCtx(ctx, w.stagger+w.stagger/2)
+		body, err := get(ctx, t.adminURL+"/debug/pprof/heap?gc=1")
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+"-heap.pprof"), []byte(body), 0o644)
+		}
+		errc <- err
+	}()
+	runRound(ctx, t.client, t.base, w)
+	return errors.Join(<-errc, <-errc)
+}
