@@ -31,11 +31,17 @@ type target struct {
 
 // setting is one cell of the matrix: a concurrency and a pacing.
 type setting struct {
-	streams int
-	mode    string
+	streams  int
+	mode     string
+	interval time.Duration // paced gap between chunks; the unpaced streams' start spread
 }
 
-func (s setting) String() string { return fmt.Sprintf("%d streams, %s", s.streams, s.mode) }
+func (s setting) String() string {
+	if s.mode == "paced" {
+		return fmt.Sprintf("%d streams, paced (a chunk every %s)", s.streams, s.interval)
+	}
+	return fmt.Sprintf("%d streams, unpaced", s.streams)
+}
 
 func (c config) workload(s setting) workload {
 	if s.mode == "unpaced" {
@@ -43,15 +49,15 @@ func (c config) workload(s setting) workload {
 		// paced interval and the streams compete for the CPU until the end.
 		return workload{
 			streams: s.streams, perWorker: 1, chunks: max(100, c.unpacedTotal/s.streams),
-			stagger: c.interval, timeout: 2 * time.Minute,
+			stagger: s.interval, timeout: 2 * time.Minute,
 		}
 	}
 	// Paced: a closed loop in steady state. Starts are spread over one
 	// stream's duration and each worker runs two streams back to back, so
 	// the second streams start one at a time while the other streams-1 run.
-	d := time.Duration(c.chunks) * c.interval
+	d := time.Duration(c.chunks) * s.interval
 	return workload{
-		streams: s.streams, perWorker: 2, steadyFrom: 1, chunks: c.chunks, interval: c.interval,
+		streams: s.streams, perWorker: 2, steadyFrom: 1, chunks: c.chunks, interval: s.interval,
 		stagger: d, timeout: 3*(2*d+d) + 30*time.Second,
 	}
 }
@@ -82,7 +88,7 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			}
 		}
 	}()
-	engine, engineAddr, err := startSelf(ctx, self, "engine", "-role", "engine")
+	engine, engineAddr, _, err := startSelf(ctx, self, "engine", "-role", "engine")
 	if err != nil {
 		return err
 	}
@@ -95,12 +101,12 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 		case "direct":
 			t.base, t.proc = "http://"+engineAddr, engine
 		case "revproxy":
-			ch, addr, err := startSelf(ctx, self, "revproxy", "-role", "revproxy", "-upstream", "http://"+engineAddr)
+			ch, addr, admin, err := startSelf(ctx, self, "revproxy", "-role", "revproxy", "-upstream", "http://"+engineAddr)
 			if err != nil {
 				return err
 			}
 			children = append(children, ch)
-			t.base, t.proc = "http://"+addr, ch
+			t.base, t.proc, t.adminURL = "http://"+addr, ch, "http://"+admin
 		case "nginx":
 			bin, err := exec.LookPath(c.nginx)
 			if err != nil {
@@ -157,14 +163,14 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 
 	res := newResults(c, targets)
 	startAll := time.Now()
-	for _, n := range c.streams {
+	for si, n := range c.streams {
 		for _, mode := range c.modes {
-			s := setting{streams: n, mode: mode}
+			s := setting{streams: n, mode: mode, interval: c.intervals[si]}
 			w := c.workload(s)
 			// Warm-up, not counted: open every keep-alive connection from the
 			// client through the relay to the engine.
 			warm := w
-			warm.chunks, warm.perWorker, warm.stagger, warm.timeout = 3, 1, c.interval, 30*time.Second
+			warm.chunks, warm.perWorker, warm.stagger, warm.timeout = 3, 1, s.interval, 30*time.Second
 			for _, t := range targets {
 				if err := ctx.Err(); err != nil {
 					return err
@@ -217,8 +223,8 @@ type roundStats struct {
 	engineCPU time.Duration // the engine's, for reference
 	idleRSS   int64         // relay RSS just before the round
 	peakRSS   int64         // relay peak RSS during the round
-	heapIdle  heapSample    // kneecap: Go heap before the round; zero if unknown
-	heapMid   heapSample    // kneecap: Go heap with every stream running
+	heapIdle  heapSample    // Go relays: live heap before the round; zero if unknown
+	heapMid   heapSample    // Go relays: live heap with every stream running
 	wall      time.Duration
 }
 
@@ -271,36 +277,42 @@ func measureRound(ctx context.Context, t *target, engine *child, w workload) (ro
 }
 
 // startSelf runs this binary in a child role and waits for the address it
-// reports on stdout.
-func startSelf(ctx context.Context, self, name string, args ...string) (*child, string, error) {
+// reports on stdout ("listening ADDR"), and its admin address ("admin ADDR",
+// printed before it) if it has one.
+func startSelf(ctx context.Context, self, name string, args ...string) (c *child, addr, admin string, err error) {
 	cmd := exec.Command(self, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
 	ch, err := startChild(name, cmd)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
-	addrc := make(chan string, 1)
+	type addrs struct{ addr, admin string }
+	addrc := make(chan addrs, 1)
 	go func() {
+		var admin string
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
+			if a, ok := strings.CutPrefix(sc.Text(), "admin "); ok {
+				admin = a
+			}
 			if a, ok := strings.CutPrefix(sc.Text(), "listening "); ok {
-				addrc <- a
+				addrc <- addrs{a, admin}
 			}
 		}
 	}()
 	select {
 	case a := <-addrc:
-		return ch, a, nil
+		return ch, a.addr, a.admin, nil
 	case <-ch.done:
-		return nil, "", ch.alive()
+		return nil, "", "", ch.alive()
 	case <-time.After(15 * time.Second):
 		ch.stop(time.Second)
-		return nil, "", errors.New(name + " did not report its address within 15s")
+		return nil, "", "", errors.New(name + " did not report its address within 15s")
 	case <-ctx.Done():
 		ch.stop(time.Second)
-		return nil, "", ctx.Err()
+		return nil, "", "", ctx.Err()
 	}
 }

@@ -41,7 +41,7 @@ type config struct {
 	targets      []string
 	rounds       int
 	chunks       int
-	interval     time.Duration
+	intervals    []time.Duration // paced gap, one per streams entry
 	unpacedTotal int
 	nginx        string
 	kneecap      string
@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relaybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c config
-	var streams, modes, targets, kenv string
+	var streams, modes, targets, kenv, intervals string
 	fs.StringVar(&c.role, "role", "harness", "harness | engine | revproxy (the last two are started by the harness)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "listen address of a child role")
 	fs.StringVar(&c.upstream, "upstream", "", "engine base URL of the revproxy role")
@@ -64,7 +64,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&targets, "targets", "direct,revproxy,nginx,kneecap", "what to measure; nginx and kneecap are skipped when their binary is missing")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per target and setting, interleaved across targets")
 	fs.IntVar(&c.chunks, "chunks", 100, "output chunks per paced stream")
-	fs.DurationVar(&c.interval, "interval", 20*time.Millisecond, "gap between paced chunks")
+	fs.StringVar(&intervals, "interval", "", "gap between paced chunks, one per -streams entry or one for all (default 20ms up to 100 streams, 50ms above: about 5000 and 20000 chunks/s, below what 2 cores can relay)")
 	fs.IntVar(&c.unpacedTotal, "unpaced-total", 500000, "chunks per unpaced round over all streams (at least 100 per stream)")
 	fs.StringVar(&c.nginx, "nginx", "nginx", "nginx binary (looked up in PATH)")
 	fs.StringVar(&c.kneecap, "kneecap", "", "kneecap binary; empty skips kneecap")
@@ -90,6 +90,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usageError{fmt.Errorf("-streams: bad count %q", s)}
 		}
 		c.streams = append(c.streams, n)
+	}
+	for _, s := range splitList(intervals) {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			return usageError{fmt.Errorf("-interval: bad duration %q", s)}
+		}
+		c.intervals = append(c.intervals, d)
+	}
+	if len(c.intervals) == 0 {
+		for _, n := range c.streams {
+			c.intervals = append(c.intervals, defaultInterval(n))
+		}
+	}
+	if len(c.intervals) == 1 {
+		for len(c.intervals) < len(c.streams) {
+			c.intervals = append(c.intervals, c.intervals[0])
+		}
+	}
+	if len(c.intervals) != len(c.streams) {
+		return usageError{fmt.Errorf("-interval: want one duration or one per -streams entry (%d)", len(c.streams))}
 	}
 	c.modes = splitList(modes)
 	for _, m := range c.modes {
@@ -120,4 +140,16 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// defaultInterval paces n streams: 20 ms per chunk (50 tokens/s, a fast
+// engine's TPOT) up to 100 streams; 50 ms above, so that 1000 streams ask
+// for 20000 chunks/s, which the engine, a relay and the client together can
+// still serve on 2 cores, and the time to first chunk measures the relay
+// rather than a saturated machine.
+func defaultInterval(n int) time.Duration {
+	if n <= 100 {
+		return 20 * time.Millisecond
+	}
+	return 50 * time.Millisecond
 }

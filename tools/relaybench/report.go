@@ -46,7 +46,6 @@ type summary struct {
 	cpuPerChunk     time.Duration // relay CPU / chunks delivered
 	engPerChunk     time.Duration // engine CPU / chunks delivered
 	peakRSS         int64         // max over rounds
-	rssPerStream    float64       // median over rounds of (peak - idle RSS) / streams
 	heapPerStream   float64       // median over rounds of (heap mid-round - heap before) / streams
 	heapSource      string
 	broken, streams int
@@ -60,7 +59,7 @@ func summarize(rounds []roundStats) summary {
 	var all, e2e []time.Duration
 	var wall time.Duration
 	var cpu, eng time.Duration
-	var rssPS, heapPS []float64
+	var heapPS []float64
 	s.reasons = map[string]int{}
 	for _, rs := range rounds {
 		all = append(all, rs.ttfc...)
@@ -73,7 +72,6 @@ func summarize(rounds []roundStats) summary {
 		s.broken += rs.broken
 		s.streams += rs.streams
 		s.peakRSS = max(s.peakRSS, rs.peakRSS)
-		rssPS = append(rssPS, float64(rs.peakRSS-rs.idleRSS)/float64(rs.streams))
 		if rs.heapMid.source != "" && rs.heapIdle.source == rs.heapMid.source {
 			heapPS = append(heapPS, (rs.heapMid.bytes-rs.heapIdle.bytes)/float64(rs.streams))
 			s.heapSource = rs.heapMid.source
@@ -88,7 +86,6 @@ func summarize(rounds []roundStats) summary {
 		s.rate = float64(s.events) / wall.Seconds()
 	}
 	s.cpuPerChunk, s.engPerChunk = perChunk(cpu, s.events), perChunk(eng, s.events)
-	s.rssPerStream = median(rssPS)
 	s.heapPerStream = median(heapPS)
 	return s
 }
@@ -100,15 +97,15 @@ func (r *results) write(w io.Writer) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadAvg0, loadAvg())
 	fmt.Fprintf(w, "- rounds: %d per target and setting, interleaved (order rotated each round), after one warm-up round; %s in all\n",
 		c.rounds, r.elapsed.Round(time.Second))
-	fmt.Fprintf(w, "- paced: %d chunks per stream, one every %s, the first at once; unpaced: back to back, %d chunks per round over all streams (at least 100 per stream)\n",
-		c.chunks, c.interval, c.unpacedTotal)
-	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: all streams start within %s, one each\n", c.interval)
+	fmt.Fprintf(w, "- paced: %d chunks per stream, the first at once, then one every interval (per setting); unpaced: back to back, %d chunks per round over all streams (at least 100 per stream)\n",
+		c.chunks, c.unpacedTotal)
+	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: all streams start within the paced interval, one each\n")
 	fmt.Fprintf(w, "- TTFC: client request start to the first output chunk's bytes, warm keep-alive connections; added = relay's percentile minus direct's, pooled over rounds; E2E: request start to the stream's end\n")
 	fmt.Fprintf(w, "- CPU/chunk: the relay's processes' user+sys CPU during its rounds (/proc/PID/stat, 10 ms ticks) / SSE events delivered to the client; direct: the engine's\n")
-	fmt.Fprintf(w, "- RSS: peak = max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed); per stream = median over rounds of (peak - RSS before the round) / streams\n\n")
+	fmt.Fprintf(w, "- peak RSS: max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed). heap/stream (Go relays with pprof): median over paced rounds of (live heap with every stream running - live heap before the round) / streams, live heap = HeapAlloc right after a GC forced by /debug/pprof/heap?gc=1\n\n")
 	for _, s := range r.settings {
 		fmt.Fprintf(w, "## %s\n\n", s)
-		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | RSS/stream | broken |")
+		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | heap/stream | broken |")
 		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		sums := map[string]summary{}
 		for _, t := range r.targets {
@@ -126,15 +123,18 @@ func (r *results) write(w io.Writer) {
 				}
 				perRound = strings.Join(pr, " / ")
 			}
+			heap := "-"
+			if m.heapSource != "" {
+				heap = fmtBytes(m.heapPerStream)
+			}
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f us | %.1f us | %.0f | %s | %s | %s | %s | %d of %d |\n",
 				t, fmtMs(m.p50), fmtMs(m.p99), added50, added99, perRound,
-				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), fmtBytes(m.rssPerStream), m.broken, m.streams)
+				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, m.broken, m.streams)
 		}
 		fmt.Fprintln(w)
 		if k, ok := sums["kneecap"]; ok {
-			if k.heapSource != "" {
-				fmt.Fprintf(w, "kneecap heap per running stream: %s (%s, median over rounds of (heap mid-round - heap before) / streams)\n\n",
-					fmtBytes(k.heapPerStream), k.heapSource)
+			if k.heapSource != "" && k.heapSource != "pprof-live" {
+				fmt.Fprintf(w, "kneecap's heap came from go_memstats_heap_alloc_bytes (no pprof on its admin port): it includes uncollected garbage, so it overstates the heap per stream\n\n")
 			}
 			for _, ref := range []string{"revproxy", "nginx"} {
 				if m, ok := sums[ref]; ok && hasDirect {

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/http/pprof"
 	"net/url"
 	"os"
 	"os/signal"
@@ -31,6 +32,9 @@ func runEngine(listen string, stdout io.Writer) error {
 // 1000 streams would open and close a connection per request and run out of
 // ephemeral ports: a configuration fault, not a relay cost). Streams of type
 // text/event-stream are flushed per write by ReverseProxy itself.
+//
+// It also serves net/http/pprof on an admin listener of its own (as kneecap
+// does on its admin port), so the harness reads both heaps the same way.
 func runReverseProxy(listen, upstream string, stdout io.Writer) error {
 	u, err := url.Parse(upstream)
 	if err != nil {
@@ -44,6 +48,16 @@ func runReverseProxy(listen, upstream string, stdout io.Writer) error {
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(u) },
 		Transport: tr,
 	}
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer aln.Close()
+	amux := http.NewServeMux()
+	amux.HandleFunc("/debug/pprof/", pprof.Index)
+	amux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	go http.Serve(aln, amux)
+	fmt.Fprintf(stdout, "admin %s\n", aln.Addr())
 	return serveUntilSignal(listen, rp, stdout)
 }
 
