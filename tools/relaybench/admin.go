@@ -39,6 +39,25 @@ func scrapeHeap(ctx context.Context, admin string) heapSample {
 	return heapSample{}
 }
 
+// allocCounters are a Go process's cumulative allocation counters.
+type allocCounters struct {
+	bytes, objects float64
+	ok             bool
+}
+
+// scrapeAllocs reads TotalAlloc and Mallocs from /debug/pprof/heap?debug=1
+// (no forced GC): their difference over a round, divided by the chunks
+// relayed, is what the relay allocates per chunk, whole process included.
+func scrapeAllocs(ctx context.Context, admin string) allocCounters {
+	body, err := get(ctx, admin+"/debug/pprof/heap?debug=1")
+	if err != nil {
+		return allocCounters{}
+	}
+	b, ok1 := findValue(body, "# TotalAlloc = ")
+	n, ok2 := findValue(body, "# Mallocs = ")
+	return allocCounters{b, n, ok1 && ok2}
+}
+
 func get(ctx context.Context, url string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -225,6 +225,9 @@ type roundStats struct {
 	peakRSS   int64         // relay peak RSS during the round
 	heapIdle  heapSample    // Go relays: live heap before the round; zero if unknown
 	heapMid   heapSample    // Go relays: live heap with every stream running
+	allocs0   allocCounters // Go relays: allocation counters before the round
+	allocs1   allocCounters // and after
+	running   int           // concurrent streams (the heap's divisor)
 	wall      time.Duration
 }
 
@@ -248,6 +251,10 @@ func measureRound(ctx context.Context, t *target, engine *child, w workload) (ro
 	} else {
 		midc <- heapSample{}
 	}
+	rs.running = w.streams
+	if t.adminURL != "" {
+		rs.allocs0 = scrapeAllocs(ctx, t.adminURL)
+	}
 	rs.idleRSS = t.proc.rss()
 	cpu0, ecpu0 := t.proc.cpu(), engine.cpu()
 	t0 := time.Now()
@@ -256,6 +263,9 @@ func measureRound(ctx context.Context, t *target, engine *child, w workload) (ro
 	rs.heapMid = <-midc
 	rs.cpu, rs.engineCPU = t.proc.cpu()-cpu0, engine.cpu()-ecpu0
 	rs.peakRSS = t.proc.peakRSS()
+	if t.adminURL != "" {
+		rs.allocs1 = scrapeAllocs(ctx, t.adminURL)
+	}
 	rs.streams = len(results)
 	for _, r := range results {
 		rs.events += r.events

@@ -48,6 +48,9 @@ type summary struct {
 	peakRSS         int64         // max over rounds
 	heapPerStream   float64       // median over rounds of (heap mid-round - heap before) / streams
 	heapSource      string
+	allocBytes      float64 // Go relays: bytes allocated per chunk relayed, whole process
+	allocObjs       float64 // and allocations per chunk
+	haveAllocs      bool
 	broken, streams int
 	events          int
 	reasons         map[string]int
@@ -60,6 +63,8 @@ func summarize(rounds []roundStats) summary {
 	var wall time.Duration
 	var cpu, eng time.Duration
 	var heapPS []float64
+	var allocB, allocN float64
+	var allocEvents int
 	s.reasons = map[string]int{}
 	for _, rs := range rounds {
 		all = append(all, rs.ttfc...)
@@ -73,8 +78,13 @@ func summarize(rounds []roundStats) summary {
 		s.streams += rs.streams
 		s.peakRSS = max(s.peakRSS, rs.peakRSS)
 		if rs.heapMid.source != "" && rs.heapIdle.source == rs.heapMid.source {
-			heapPS = append(heapPS, (rs.heapMid.bytes-rs.heapIdle.bytes)/float64(rs.streams))
+			heapPS = append(heapPS, (rs.heapMid.bytes-rs.heapIdle.bytes)/float64(rs.running))
 			s.heapSource = rs.heapMid.source
+		}
+		if rs.allocs0.ok && rs.allocs1.ok {
+			allocB += rs.allocs1.bytes - rs.allocs0.bytes
+			allocN += rs.allocs1.objects - rs.allocs0.objects
+			allocEvents += rs.events
 		}
 		for k, v := range rs.reasons {
 			s.reasons[k] += v
@@ -87,6 +97,10 @@ func summarize(rounds []roundStats) summary {
 	}
 	s.cpuPerChunk, s.engPerChunk = perChunk(cpu, s.events), perChunk(eng, s.events)
 	s.heapPerStream = median(heapPS)
+	if allocEvents > 0 {
+		s.allocBytes, s.allocObjs = allocB/float64(allocEvents), allocN/float64(allocEvents)
+		s.haveAllocs = true
+	}
 	return s
 }
 
@@ -102,11 +116,11 @@ func (r *results) write(w io.Writer) {
 	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: all streams start within the paced interval, one each\n")
 	fmt.Fprintf(w, "- TTFC: client request start to the first output chunk's bytes, warm keep-alive connections; added = relay's percentile minus direct's, pooled over rounds; E2E: request start to the stream's end\n")
 	fmt.Fprintf(w, "- CPU/chunk: the relay's processes' user+sys CPU during its rounds (/proc/PID/stat, 10 ms ticks) / SSE events delivered to the client; direct: the engine's\n")
-	fmt.Fprintf(w, "- peak RSS: max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed). heap/stream (Go relays with pprof): median over paced rounds of (live heap with every stream running - live heap before the round) / streams, live heap = HeapAlloc right after a GC forced by /debug/pprof/heap?gc=1\n\n")
+	fmt.Fprintf(w, "- peak RSS: max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed). heap/stream (Go relays with pprof): median over paced rounds of (live heap with every stream running - live heap before the round) / streams, live heap = HeapAlloc right after a GC forced by /debug/pprof/heap?gc=1. alloc/chunk: the Go relay's TotalAlloc and Mallocs over its rounds / chunks delivered\n\n")
 	for _, s := range r.settings {
 		fmt.Fprintf(w, "## %s\n\n", s)
-		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | heap/stream | broken |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | heap/stream | alloc/chunk | broken |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		sums := map[string]summary{}
 		for _, t := range r.targets {
 			sums[t] = summarize(r.rounds[s][t])
@@ -127,9 +141,13 @@ func (r *results) write(w io.Writer) {
 			if m.heapSource != "" {
 				heap = fmtBytes(m.heapPerStream)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f us | %.1f us | %.0f | %s | %s | %s | %s | %d of %d |\n",
+			alloc := "-"
+			if m.haveAllocs {
+				alloc = fmt.Sprintf("%.0f B, %.1f allocs", m.allocBytes, m.allocObjs)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f us | %.1f us | %.0f | %s | %s | %s | %s | %s | %d of %d |\n",
 				t, fmtMs(m.p50), fmtMs(m.p99), added50, added99, perRound,
-				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, m.broken, m.streams)
+				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, alloc, m.broken, m.streams)
 		}
 		fmt.Fprintln(w)
 		if k, ok := sums["kneecap"]; ok {
