@@ -1,0 +1,44 @@
+// Package admission decides which generation requests may run on the engine
+// now, which wait, and which are refused with an honest Retry-After.
+//
+// # Overview
+//
+// The enforcement is separate from the decision of the cap:
+//
+//   - limiter.go: [Limiter], a resizable cap on slots held at once with a
+//     bounded FIFO queue and a queue-wait bound. [Limiter.Acquire] returns
+//     a [Ticket] that is released exactly once when the stream ends.
+//     [Limiter.SetLimit] changes the cap at run time; [Limiter.Drain]
+//     rejects the queue and every later request during shutdown.
+//   - limiter_hooks.go: what the limiter tells and asks others: [Request]
+//     (arrival time and latency targets), [State], and the optional hooks
+//     [Gate] (refuse a request at once instead of queueing it to fail,
+//     reason "deadline") and [RetryEstimator]. Without hooks Retry-After is
+//     [EstimateRetryAfter]: position x mean slot hold time / limit.
+//   - limiter_errors.go: rejections are a [*RejectError] wrapping one
+//     sentinel (ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining)
+//     with the Retry-After duration. The HTTP edge (package proxy) maps
+//     them to 429/503 once.
+//   - controller*.go (the adaptive controller) sets the cap from what the
+//     gateway measures; it calls SetLimit and may plug in the hooks. With
+//     no controller the cap is static.
+//
+// # Concurrency model
+//
+// A Limiter is safe for concurrent use. One mutex guards the cap, the count
+// of held slots, the queue and the hold-time mean; Running is also mirrored
+// in an atomic so the proxy can read it per chunk without the lock. Each
+// queued request blocks its own goroutine on a channel that the limiter
+// closes, under the lock, when it grants a slot or drains the queue; a
+// waiter whose context ends or whose bound expires takes the lock, and if
+// its grant raced in it hands the slot on (cancel) or keeps it (timeout).
+// Hooks are called without the lock held and may read the limiter. The
+// limiter starts no goroutines and uses timers only while a request waits.
+//
+// # Ownership
+//
+// The limiter owns all admission state. A Ticket belongs to the request
+// that acquired it; the proxy releases it from a defer so that a panic
+// cannot leak a slot. The controller owns the decision of the cap and
+// changes it only through SetLimit.
+package admission

@@ -1,0 +1,366 @@
+package admission
+
+import (
+	"container/list"
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Limiter.
+type Config struct {
+	// Limit is the initial cap on slots held at once; values below 1 mean 1.
+	Limit int
+	// MaxQueue is how many requests may wait for a slot; 0 means none may
+	// (every request beyond the cap is rejected with ErrQueueFull).
+	MaxQueue int
+	// MaxQueueWait bounds the time a request waits in the queue when its
+	// Request.MaxWait is zero; 0 means unbounded (the request waits until
+	// it gets a slot or its context ends).
+	MaxQueueWait time.Duration
+	// Hooks are the optional Gate and RetryEstimator; see SetHooks.
+	Hooks Hooks
+}
+
+// holdWeight is the weight of the newest release in MeanHold.
+const holdWeight = 1.0 / 8
+
+// Limiter caps the number of slots held at once and queues the excess in
+// FIFO order. It is safe for concurrent use; the zero value is not usable,
+// call NewLimiter.
+type Limiter struct {
+	maxQueue int
+	maxWait  time.Duration
+	origin   time.Time // base of grantSum
+
+	running atomic.Int64 // mirror of nRunning for lock-free reads
+
+	mu       sync.Mutex
+	limit    int
+	nRunning int
+	queue    list.List // of *waiter, front = oldest
+	draining bool
+	hooks    Hooks
+	meanHold time.Duration // 0 until the first release
+	grantSum time.Duration // sum over held slots of (grant time - origin)
+}
+
+// waiter is one queued request. ready is closed when it was granted a slot
+// (ticket set) or rejected (err set), always under the limiter's lock.
+type waiter struct {
+	enqueued time.Time
+	ready    chan struct{}
+	ticket   *Ticket
+	err      error // a sentinel cause, with state
+	state    State
+}
+
+// NewLimiter returns a limiter. It starts no goroutine.
+func NewLimiter(cfg Config) *Limiter {
+	l := &Limiter{
+		maxQueue: max(cfg.MaxQueue, 0),
+		maxWait:  max(cfg.MaxQueueWait, 0),
+		origin:   time.Now(),
+		limit:    max(cfg.Limit, 1),
+		hooks:    cfg.Hooks,
+	}
+	l.queue.Init()
+	return l
+}
+
+// SetHooks replaces the Gate and RetryEstimator, for wiring where the hooks
+// are built after the limiter (an adaptive controller that needs the
+// limiter itself).
+func (l *Limiter) SetHooks(h Hooks) {
+	l.mu.Lock()
+	l.hooks = h
+	l.mu.Unlock()
+}
+
+// Acquire asks for a slot. It returns a Ticket that must be released
+// exactly once when the work ends, or an error: a *RejectError (wrapping
+// ErrQueueFull, ErrQueueTimeout, ErrDeadline or ErrDraining) or ctx.Err().
+//
+// A request that cannot run at once waits in FIFO order, at most until its
+// queue-wait bound. If ctx ends while it waits, it leaves the queue at once;
+// if a slot was granted in the same instant, that slot is handed on and
+// Acquire still returns ctx.Err(), leaving the state as if the request had
+// never come.
+func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	l.mu.Lock()
+	t, cause, st, queue := l.tryLocked(start, start)
+	hooks := l.hooks
+	if queue {
+		st = l.stateLocked(start, l.queue.Len()+1)
+	}
+	l.mu.Unlock()
+	switch {
+	case cause != nil:
+		return nil, l.reject(cause, hooks, req, st)
+	case !queue:
+		return t, nil
+	}
+	if hooks.Gate != nil {
+		if ok, ra := hooks.Gate.Admit(req, st); !ok {
+			if ra <= 0 {
+				ra = l.retryAfter(hooks, req, st)
+			}
+			return nil, &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
+		}
+	}
+
+	w := &waiter{enqueued: start, ready: make(chan struct{})}
+	l.mu.Lock()
+	// The state may have moved while the gate thought: check again.
+	t, cause, st, queue = l.tryLocked(time.Now(), start)
+	hooks = l.hooks
+	if !queue {
+		l.mu.Unlock()
+		if cause != nil {
+			return nil, l.reject(cause, hooks, req, st)
+		}
+		return t, nil
+	}
+	elem := l.queue.PushBack(w)
+	l.mu.Unlock()
+
+	var timeout <-chan time.Time
+	maxWait := req.MaxWait
+	if maxWait <= 0 {
+		maxWait = l.maxWait
+	}
+	if maxWait > 0 {
+		timer := time.NewTimer(maxWait - time.Since(start))
+		defer timer.Stop()
+		timeout = timer.C
+	}
+
+	select {
+	case <-w.ready:
+		return l.woken(w, req)
+	case <-ctx.Done():
+		l.mu.Lock()
+		if l.leaveLocked(w, elem) {
+			l.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		l.mu.Unlock()
+		// Granted (or drained) as ctx ended: hand a slot on untouched.
+		if w.ticket != nil {
+			w.ticket.releaseUnmeasured()
+		}
+		return nil, ctx.Err()
+	case <-timeout:
+		l.mu.Lock()
+		pos := l.positionLocked(elem)
+		if l.leaveLocked(w, elem) {
+			st := l.stateLocked(time.Now(), pos)
+			hooks := l.hooks
+			l.mu.Unlock()
+			return nil, l.reject(ErrQueueTimeout, hooks, req, st)
+		}
+		l.mu.Unlock()
+		// A slot came in the same instant as the timeout: take it.
+		return l.woken(w, req)
+	}
+}
+
+// woken returns what a waiter was woken with: a slot, or a rejection whose
+// Retry-After is computed here, outside the lock.
+func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
+	if w.err != nil {
+		l.mu.Lock()
+		hooks := l.hooks
+		l.mu.Unlock()
+		return nil, l.reject(w.err, hooks, req, w.state)
+	}
+	return w.ticket, nil
+}
+
+// tryLocked grants a slot at once, refuses (cause set, with the state to
+// explain it), or says the request must queue. It never calls a hook:
+// hooks run without the lock (see reject).
+func (l *Limiter) tryLocked(now, start time.Time) (t *Ticket, cause error, st State, queue bool) {
+	switch {
+	case l.draining:
+		return nil, ErrDraining, l.stateLocked(now, l.queue.Len()+1), false
+	case l.nRunning < l.limit && l.queue.Len() == 0:
+		return l.grantLocked(now, start), nil, State{}, false
+	case l.queue.Len() >= l.maxQueue:
+		return nil, ErrQueueFull, l.stateLocked(now, l.queue.Len()+1), false
+	}
+	return nil, nil, State{}, true
+}
+
+// reject builds a rejection; call it without the lock held.
+func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
+	return &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
+}
+
+// retryAfter asks the hook, then the built-in estimate, then falls back to
+// the queue-wait bound when nothing has been measured yet.
+func (l *Limiter) retryAfter(h Hooks, req Request, s State) time.Duration {
+	if h.Retry != nil {
+		if d := h.Retry.RetryAfter(req, s); d > 0 {
+			return d
+		}
+	}
+	if d := EstimateRetryAfter(s); d > 0 {
+		return d
+	}
+	if req.MaxWait > 0 {
+		return req.MaxWait
+	}
+	return l.maxWait
+}
+
+// leaveLocked removes a waiter that gave up. It returns false when the
+// waiter was already granted or rejected (ready closed), in which case the
+// caller owns w.ticket.
+func (l *Limiter) leaveLocked(w *waiter, elem *list.Element) bool {
+	select {
+	case <-w.ready:
+		return false
+	default:
+	}
+	l.queue.Remove(elem)
+	return true
+}
+
+func (l *Limiter) positionLocked(elem *list.Element) int {
+	p := 1
+	for e := l.queue.Front(); e != nil && e != elem; e = e.Next() {
+		p++
+	}
+	return p
+}
+
+func (l *Limiter) grantLocked(now, enqueued time.Time) *Ticket {
+	l.nRunning++
+	l.running.Store(int64(l.nRunning))
+	l.grantSum += now.Sub(l.origin)
+	return &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued)}
+}
+
+// wakeLocked grants slots to waiters, oldest first, while any are free.
+func (l *Limiter) wakeLocked(now time.Time) {
+	for l.nRunning < l.limit && l.queue.Len() > 0 {
+		w := l.queue.Remove(l.queue.Front()).(*waiter)
+		w.ticket = l.grantLocked(now, w.enqueued)
+		close(w.ready)
+	}
+}
+
+// release returns a slot; measured says whether its hold time counts
+// toward MeanHold (a slot handed back by a cancelled Acquire does not).
+func (l *Limiter) release(t *Ticket, measured bool) {
+	now := time.Now()
+	l.mu.Lock()
+	l.nRunning--
+	l.running.Store(int64(l.nRunning))
+	l.grantSum -= t.granted.Sub(l.origin)
+	if measured {
+		hold := now.Sub(t.granted)
+		if l.meanHold == 0 {
+			l.meanHold = hold
+		} else {
+			l.meanHold += time.Duration(holdWeight * float64(hold-l.meanHold))
+		}
+	}
+	l.wakeLocked(now)
+	l.mu.Unlock()
+}
+
+// SetLimit changes the cap at run time; values below 1 mean 1. Raising it
+// grants queued requests at once; lowering it lets running requests finish
+// and grants no more until they are below the new cap.
+func (l *Limiter) SetLimit(n int) {
+	l.mu.Lock()
+	l.limit = max(n, 1)
+	l.wakeLocked(time.Now())
+	l.mu.Unlock()
+}
+
+// Limit returns the current cap.
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.limit
+}
+
+// Running returns the number of slots held. It takes no lock, so the proxy
+// may call it for every chunk.
+func (l *Limiter) Running() int { return int(l.running.Load()) }
+
+// Drain stops admission: every queued request is rejected with ErrDraining
+// and so is every later Acquire. Slots already held stay held until
+// released. Drain is idempotent.
+func (l *Limiter) Drain() {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.draining = true
+	pos := 0
+	for l.queue.Len() > 0 {
+		pos++
+		w := l.queue.Remove(l.queue.Front()).(*waiter)
+		w.err, w.state = ErrDraining, l.stateLocked(now, pos)
+		close(w.ready)
+	}
+}
+
+// State returns a snapshot of the limiter (Position 0).
+func (l *Limiter) State() State {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stateLocked(now, 0)
+}
+
+func (l *Limiter) stateLocked(now time.Time, pos int) State {
+	hold := l.meanHold
+	if hold == 0 && l.nRunning > 0 {
+		// Nothing released yet: the mean age of the held slots is the best
+		// measured lower bound of the hold time.
+		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.nRunning)
+	}
+	return State{
+		Now: now, Limit: l.limit, Running: l.nRunning, Queued: l.queue.Len(),
+		Position: pos, MeanHold: hold, Draining: l.draining,
+	}
+}
+
+// Ticket is a granted slot. Release it exactly once, when the work it
+// admitted has ended (for a stream: when the stream ends, not when headers
+// arrive); further calls do nothing.
+type Ticket struct {
+	l         *Limiter
+	granted   time.Time
+	queueWait time.Duration
+	released  atomic.Bool
+}
+
+// Release returns the slot. It is safe to call more than once and from a
+// defer; only the first call counts.
+func (t *Ticket) Release() {
+	if t != nil && t.released.CompareAndSwap(false, true) {
+		t.l.release(t, true)
+	}
+}
+
+func (t *Ticket) releaseUnmeasured() {
+	if t.released.CompareAndSwap(false, true) {
+		t.l.release(t, false)
+	}
+}
+
+// Granted returns when the slot was granted.
+func (t *Ticket) Granted() time.Time { return t.granted }
+
+// QueueWait returns how long the request waited for the slot.
+func (t *Ticket) QueueWait() time.Duration { return t.queueWait }

@@ -1,0 +1,79 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// Request is what the limiter knows about a request that asks for a slot.
+type Request struct {
+	// Arrival is when the gateway received the request (before reading its
+	// body); a Gate measures the time already spent from it.
+	Arrival time.Time
+	// Targets are the request's latency targets after header overrides.
+	Targets slo.Targets
+	// MaxWait bounds this request's time in the queue. Zero means the
+	// limiter's Config.MaxQueueWait.
+	MaxWait time.Duration
+}
+
+// State is a snapshot of the limiter, as hooks and rejections see it.
+type State struct {
+	// Now is when the snapshot was taken.
+	Now time.Time
+	// Limit is the current cap; Running holds slots; Queued waits.
+	Limit, Running, Queued int
+	// Position is the 1-based place in the queue the request in question
+	// would take (or, for a queue timeout, held). 0 when not queueing.
+	Position int
+	// MeanHold is the measured mean time a slot is held, an exponentially
+	// weighted mean over recent releases (weight 1/8 for the newest). Before
+	// the first release it is the mean age of the slots held now, and 0
+	// when none is held.
+	MeanHold time.Duration
+	// Draining is true once Drain was called.
+	Draining bool
+}
+
+// Gate may refuse a request at once instead of letting it queue to fail:
+// for example when its predicted wait plus the predicted engine TTFT
+// exceeds req.Targets.TTFT (reason "deadline").
+//
+// The limiter consults the Gate only when a request would have to queue;
+// a request that can run at once is never refused by it. Admit is called
+// without the limiter's lock held, so it may call the Limiter's read
+// methods, and its answer is taken as given even if the state moved on.
+type Gate interface {
+	// Admit returns ok to let req queue. When it refuses, retryAfter is the
+	// time the client should wait; zero or less means "use the limiter's
+	// estimate".
+	Admit(req Request, s State) (ok bool, retryAfter time.Duration)
+}
+
+// RetryEstimator predicts how long a rejected request should wait before
+// trying again.
+type RetryEstimator interface {
+	// RetryAfter returns the predicted time until a slot would be free for
+	// req, given s (whose Position is where req would stand in the queue).
+	// Zero or less means "use the limiter's own estimate".
+	RetryAfter(req Request, s State) time.Duration
+}
+
+// Hooks are the optional decision points of a Limiter. A nil field means
+// none: every request that fits the queue may queue, and Retry-After is the
+// limiter's own estimate (see EstimateRetryAfter).
+type Hooks struct {
+	Gate  Gate
+	Retry RetryEstimator
+}
+
+// EstimateRetryAfter is the limiter's own prediction of the time until a
+// slot frees for the request at queue position s.Position: slots free at a
+// rate of Limit / MeanHold, so the p-th release is expected after
+// p x MeanHold / Limit. With nothing measured yet (no slot held and none
+// released) it returns 0 and the caller falls back to the queue-wait bound.
+func EstimateRetryAfter(s State) time.Duration {
+	p := max(s.Position, 1)
+	return s.MeanHold * time.Duration(p) / time.Duration(max(s.Limit, 1))
+}

@@ -1,0 +1,215 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/caarlos0/env/v11"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// EnvPrefix is the prefix of every environment variable the gateway reads.
+const EnvPrefix = "KNEECAP_"
+
+// DefaultMaxConcurrency is the static cap used when KNEECAP_MAX_CONCURRENCY
+// is unset (or 0) and no controller sets the cap: a deliberately low
+// placeholder (the knee of the brief's BF16 engine was 4, of its FP8 one
+// 16). Set the variable for your engine; the adaptive controller replaces
+// this default.
+const DefaultMaxConcurrency = 8
+
+// Config is the gateway's configuration, read from KNEECAP_* environment
+// variables by ConfigFromEnv (names in the env tags, without the prefix).
+type Config struct {
+	// Upstream is the engine's base URL, e.g. http://127.0.0.1:8000.
+	Upstream *url.URL `env:"UPSTREAM,required"`
+	// Listen is the traffic listener's address; AdminListen the admin
+	// listener's (/metrics, /healthz, /readyz, /status).
+	Listen      string `env:"LISTEN" envDefault:":8080"`
+	AdminListen string `env:"ADMIN_LISTEN" envDefault:":9090"`
+
+	// SLOTTFT, SLOTPOT and SLOE2E are the operator's targets; zero means
+	// unset. Requests may override them with x-slo-*-ms headers.
+	SLOTTFT time.Duration `env:"SLO_TTFT" envDefault:"1s"`
+	SLOTPOT time.Duration `env:"SLO_TPOT" envDefault:"100ms"`
+	SLOE2E  time.Duration `env:"SLO_E2E"`
+	// SLOWindow is the length of the sliding window of statistics.
+	SLOWindow time.Duration `env:"SLO_WINDOW" envDefault:"60s"`
+
+	// MaxConcurrency caps generation requests running on the engine. Zero
+	// means unset: DefaultMaxConcurrency, or the controller's choice when
+	// one is wired in.
+	MaxConcurrency int `env:"MAX_CONCURRENCY"`
+	// MaxQueue bounds the requests waiting for a slot; 0 means no queue.
+	MaxQueue int `env:"MAX_QUEUE" envDefault:"1024"`
+	// MaxQueueWait bounds a request's time in the queue; zero means the
+	// request's own TTFT target (it would miss it anyway).
+	MaxQueueWait time.Duration `env:"MAX_QUEUE_WAIT"`
+	// FirstTokenTimeout bounds forwarding to first output of a streamed
+	// request (504, or an SSE error event after headers); 0 disables it.
+	FirstTokenTimeout time.Duration `env:"FIRST_TOKEN_TIMEOUT" envDefault:"60s"`
+	// MaxBodyBytes bounds a generation request body (413 beyond it).
+	MaxBodyBytes int64 `env:"MAX_BODY_BYTES" envDefault:"16777216"`
+	// DrainTimeout bounds how long running streams may finish after
+	// SIGTERM before they are cut.
+	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" envDefault:"30s"`
+	// UpstreamHealthPath is probed by /readyz.
+	UpstreamHealthPath string `env:"UPSTREAM_HEALTH_PATH" envDefault:"/health"`
+
+	// SLOPercentile, MinCap and MaxCap are for the adaptive controller: the
+	// share of requests that must meet the targets at the chosen cap
+	// (in (0, 1)), and the bounds of the cap it may set (MaxCap 0 means
+	// the controller's own bound). The static cap ignores them.
+	SLOPercentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
+	MinCap        int     `env:"MIN_CAP" envDefault:"1"`
+	MaxCap        int     `env:"MAX_CAP"`
+
+	// LogLevel is debug, info, warn or error; LogFormat text or json.
+	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`
+	LogFormat string     `env:"LOG_FORMAT" envDefault:"text"`
+}
+
+// Targets returns the operator's targets.
+func (c Config) Targets() slo.Targets {
+	return slo.Targets{TTFT: c.SLOTTFT, TPOT: c.SLOTPOT, E2E: c.SLOE2E}
+}
+
+// Limit returns the static cap: MaxConcurrency, or DefaultMaxConcurrency
+// when unset.
+func (c Config) Limit() int {
+	if c.MaxConcurrency > 0 {
+		return c.MaxConcurrency
+	}
+	return DefaultMaxConcurrency
+}
+
+// SettingError is a bad configuration value. Its message is one line that
+// names the environment variable.
+type SettingError struct {
+	Var string // e.g. "KNEECAP_SLO_TTFT"
+	Err error
+}
+
+func (e *SettingError) Error() string { return e.Var + ": " + e.Err.Error() }
+func (e *SettingError) Unwrap() error { return e.Err }
+
+// ConfigFromEnv reads the configuration from environ (as os.Environ
+// returns it). A missing or malformed value is a *SettingError naming the
+// variable (the first one, if several are wrong).
+func ConfigFromEnv(environ []string) (Config, error) {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	var c Config
+	err := env.ParseWithOptions(&c, env.Options{Prefix: EnvPrefix, Environment: m})
+	if err != nil {
+		return c, settingError(err)
+	}
+	return c, c.Validate()
+}
+
+// settingError turns the first error of caarlos0/env into a SettingError.
+func settingError(err error) error {
+	var agg env.AggregateError
+	if errors.As(err, &agg) && len(agg.Errors) > 0 {
+		err = agg.Errors[0]
+	}
+	var pe env.ParseError
+	var ns env.VarIsNotSetError
+	var ev env.EmptyVarError
+	switch {
+	case errors.As(err, &pe):
+		return &SettingError{Var: varOf(pe.Name), Err: fmt.Errorf("cannot parse as %s: %w", typeName(pe.Type), unwrapAll(pe.Err))}
+	case errors.As(err, &ns):
+		return &SettingError{Var: ns.Key, Err: errors.New("required but not set")}
+	case errors.As(err, &ev):
+		return &SettingError{Var: ev.Key, Err: errors.New("must not be empty")}
+	}
+	return err
+}
+
+func unwrapAll(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+func typeName(t reflect.Type) string {
+	switch t {
+	case reflect.TypeFor[time.Duration]():
+		return "a duration (e.g. 500ms, 2s)"
+	case reflect.TypeFor[*url.URL]():
+		return "a URL"
+	case reflect.TypeFor[slog.Level]():
+		return "a log level (debug, info, warn, error)"
+	}
+	if t.Kind() == reflect.Float64 {
+		return "a number"
+	}
+	return "an " + t.String()
+}
+
+// varOf maps a Config field name to its environment variable.
+func varOf(field string) string {
+	if f, ok := reflect.TypeFor[Config]().FieldByName(field); ok {
+		name, _, _ := strings.Cut(f.Tag.Get("env"), ",")
+		return EnvPrefix + name
+	}
+	return field
+}
+
+// Validate checks values that parse but make no sense. Its errors are
+// *SettingError.
+func (c Config) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return &SettingError{Var: varOf(field), Err: fmt.Errorf(format, args...)}
+	}
+	switch {
+	case c.Upstream == nil || c.Upstream.Host == "" || (c.Upstream.Scheme != "http" && c.Upstream.Scheme != "https"):
+		return bad("Upstream", "must be an absolute http(s) URL such as http://127.0.0.1:8000")
+	case c.SLOTTFT < 0:
+		return bad("SLOTTFT", "must not be negative")
+	case c.SLOTPOT < 0:
+		return bad("SLOTPOT", "must not be negative")
+	case c.SLOE2E < 0:
+		return bad("SLOE2E", "must not be negative")
+	case c.SLOWindow < time.Second:
+		return bad("SLOWindow", "must be at least 1s")
+	case c.MaxConcurrency < 0:
+		return bad("MaxConcurrency", "must not be negative")
+	case !(c.SLOPercentile > 0 && c.SLOPercentile < 1):
+		return bad("SLOPercentile", "must be between 0 and 1 (exclusive), e.g. 0.9")
+	case c.MinCap < 1:
+		return bad("MinCap", "must be at least 1")
+	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
+		return bad("MaxCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
+	case c.MaxQueue < 0:
+		return bad("MaxQueue", "must not be negative")
+	case c.MaxQueueWait < 0:
+		return bad("MaxQueueWait", "must not be negative")
+	case c.FirstTokenTimeout < 0:
+		return bad("FirstTokenTimeout", "must not be negative")
+	case c.MaxBodyBytes <= 0:
+		return bad("MaxBodyBytes", "must be positive")
+	case c.DrainTimeout < 0:
+		return bad("DrainTimeout", "must not be negative")
+	case !strings.HasPrefix(c.UpstreamHealthPath, "/"):
+		return bad("UpstreamHealthPath", "must start with /")
+	case c.LogFormat != "text" && c.LogFormat != "json":
+		return bad("LogFormat", "must be text or json")
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// Controller sets the cap at run time (the adaptive controller). Run blocks
+// until ctx ends; it must start no goroutine that outlives it.
+type Controller interface {
+	Run(ctx context.Context) error
+}
+
+// StatusReporter is implemented by a Controller that shows its own state
+// in /status, under "controller". Status must be safe for concurrent use
+// and return a JSON-encodable value.
+type StatusReporter interface {
+	Status() any
+}
+
+// Host is what a ControllerFunc gets to build a controller from.
+type Host struct {
+	// Config is the gateway's configuration; Config.MaxConcurrency == 0
+	// means the operator set no static cap.
+	Config Config
+	// Limiter enforces the cap; the controller changes it with SetLimit.
+	Limiter *admission.Limiter
+	// Window holds the gateway's sliding-window statistics.
+	Window *slo.Window
+	// Registerer is where the controller registers its metrics.
+	Registerer prometheus.Registerer
+	// Logger is the gateway's logger.
+	Logger *slog.Logger
+}
+
+// ControllerFunc builds a controller once the limiter exists. Returning
+// (nil, nil) keeps the static cap. The gateway wires the returned value
+// further by what it implements: proxy.Observer (receives every
+// observation), admission.Gate and admission.RetryEstimator (installed as
+// the limiter's hooks), StatusReporter (shown in /status).
+type ControllerFunc func(Host) (Controller, error)
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	transport  http.RoundTripper
+	controller ControllerFunc
+	registry   *prometheus.Registry
+	logger     *slog.Logger
+	observers  []proxy.Observer
+	traffic    net.Listener
+	admin      net.Listener
+}
+
+// WithTransport sets the RoundTripper to the engine (for example one that
+// dials over net.Pipe in a test harness). Without it the gateway uses its
+// own http.Transport, tuned for many long streams to one host.
+func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
+
+// WithController wires in a controller of the cap. Without it the cap is
+// static.
+func WithController(f ControllerFunc) Option { return func(o *options) { o.controller = f } }
+
+// WithRegistry sets the Prometheus registry the gateway registers its
+// metrics in and serves on /metrics. Without it the gateway makes its own
+// (with the Go and process collectors).
+func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithLogger sets the logger. Without it nothing is logged.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithObserver adds an observer of every measurement (after the window and
+// the metrics).
+func WithObserver(obs proxy.Observer) Option {
+	return func(o *options) { o.observers = append(o.observers, obs) }
+}
+
+// WithListeners makes Run serve on these listeners instead of listening on
+// Config.Listen and Config.AdminListen (either may be nil to keep the
+// configured address).
+func WithListeners(traffic, admin net.Listener) Option {
+	return func(o *options) { o.traffic, o.admin = traffic, admin }
+}
+
+// Gateway is kneecap's gateway: the traffic handler (proxy, admission,
+// measurement), the admin handler, and Run, which serves both and drains on
+// shutdown. New is passive; Run starts everything and returns when done.
+type Gateway struct {
+	cfg       Config
+	opts      options
+	log       *slog.Logger
+	lim       *admission.Limiter
+	win       *slo.Window
+	proxy     *proxy.Proxy
+	ctrl      Controller
+	status    StatusReporter
+	registry  *prometheus.Registry
+	transport http.RoundTripper
+	traffic   http.Handler
+	admin     http.Handler
+	draining  atomic.Bool
+	inflight  sync.WaitGroup // traffic handlers running
+}
+
+// New builds a gateway from cfg. It validates cfg, starts nothing and
+// listens on nothing.
+func New(cfg Config, opts ...Option) (*Gateway, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	g := &Gateway{cfg: cfg}
+	for _, o := range opts {
+		o(&g.opts)
+	}
+	g.log = g.opts.logger
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	g.registry = g.opts.registry
+	if g.registry == nil {
+		g.registry = prometheus.NewRegistry()
+		g.registry.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	}
+	g.transport = g.opts.transport
+	if g.transport == nil {
+		g.transport = newTransport()
+	}
+	targets := cfg.Targets()
+	g.lim = admission.NewLimiter(admission.Config{Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue})
+	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
+	m := newMetrics(g.registry)
+	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets))
+	observers := proxy.Observers{windowObserver{g.win}, m}
+
+	if f := g.opts.controller; f != nil {
+		ctrl, err := f(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: controller: %w", err)
+		}
+		if ctrl != nil {
+			g.ctrl = ctrl
+			var hooks admission.Hooks
+			hooks.Gate, _ = ctrl.(admission.Gate)
+			hooks.Retry, _ = ctrl.(admission.RetryEstimator)
+			if hooks.Gate != nil || hooks.Retry != nil {
+				g.lim.SetHooks(hooks)
+			}
+			if o, ok := ctrl.(proxy.Observer); ok {
+				observers = append(observers, o)
+			}
+			g.status, _ = ctrl.(StatusReporter)
+		}
+	}
+	observers = append(observers, g.opts.observers...)
+
+	p, err := proxy.New(proxy.Config{
+		Upstream: cfg.Upstream, Transport: g.transport, Limiter: g.lim, Targets: targets,
+		MaxQueueWait: cfg.MaxQueueWait, FirstTokenTimeout: cfg.FirstTokenTimeout,
+		MaxBodyBytes: cfg.MaxBodyBytes, Observer: observers, Logger: g.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	g.proxy = p
+	g.traffic = g.trafficRouter()
+	g.admin = g.adminRouter()
+	return g, nil
+}
+
+// newTransport returns the transport to the engine: keep-alive connections
+// enough for every running stream (the default of 2 idle per host would
+// reconnect constantly), no compression (the relay reads the bytes), no
+// response-header timeout (FirstTokenTimeout bounds the wait instead).
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // the engine is local; never via HTTP_PROXY
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   4096,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true,
+		ExpectContinueTimeout: time.Second,
+		WriteBufferSize:       16 << 10,
+		ReadBufferSize:        16 << 10,
+	}
+}
+
+// trafficRouter builds the traffic handler chain, in order: in-flight
+// tracking (for drain), then the two generation routes (admitted, measured)
+// and everything else passed through to the engine.
+func (g *Gateway) trafficRouter() http.Handler {
+	r := chi.NewRouter()
+	r.Use(g.track)
+	r.Method(http.MethodPost, "/v1/chat/completions", g.proxy.Generation("chat"))
+	r.Method(http.MethodPost, "/v1/completions", g.proxy.Generation("completions"))
+	pass := g.proxy.Passthrough()
+	r.NotFound(pass.ServeHTTP)
+	r.MethodNotAllowed(pass.ServeHTTP)
+	return r
+}
+
+func (g *Gateway) track(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.inflight.Add(1)
+		defer g.inflight.Done()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Handler returns the traffic handler (serve it on any listener).
+func (g *Gateway) Handler() http.Handler { return g.traffic }
+
+// AdminHandler returns the admin handler: /metrics, /healthz, /readyz,
+// /status.
+func (g *Gateway) AdminHandler() http.Handler { return g.admin }
+
+// Limiter returns the gateway's limiter.
+func (g *Gateway) Limiter() *admission.Limiter { return g.lim }
+
+// Window returns the gateway's sliding-window statistics.
+func (g *Gateway) Window() *slo.Window { return g.win }
+
+// Drain starts a graceful stop of admission: /readyz turns 503, queued
+// requests and every later generation request get 503 (draining); running
+// streams go on. Run calls it when its context ends.
+func (g *Gateway) Drain() {
+	g.draining.Store(true)
+	g.lim.Drain()
+}
+
+// Run listens on Config.Listen and Config.AdminListen (or the listeners
+// given WithListeners), serves until ctx ends, then drains: it stops
+// accepting, rejects the queue with 503, lets running streams finish for up
+// to Config.DrainTimeout and then cuts them. It returns after every
+// goroutine it started has ended; the error is the first failure (a
+// listener that could not open, a controller error), nil after a clean
+// drain.
+func (g *Gateway) Run(ctx context.Context) error {
+	trafficLn, adminLn := g.opts.traffic, g.opts.admin
+	var err error
+	if trafficLn == nil {
+		if trafficLn, err = net.Listen("tcp", g.cfg.Listen); err != nil {
+			return fmt.Errorf("gateway: listen %s: %w", g.cfg.Listen, err)
+		}
+	}
+	if adminLn == nil {
+		if adminLn, err = net.Listen("tcp", g.cfg.AdminListen); err != nil {
+			trafficLn.Close()
+			return fmt.Errorf("gateway: admin listen %s: %w", g.cfg.AdminListen, err)
+		}
+	}
+	trafficSrv := &http.Server{Handler: g.traffic, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
+	g.log.Info("gateway listening", "traffic", trafficLn.Addr().String(), "admin", adminLn.Addr().String(),
+		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.ctrl != nil)
+
+	eg, egCtx := errgroup.WithContext(ctx)
+	serve := func(srv *http.Server, ln net.Listener) func() error {
+		return func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		}
+	}
+	eg.Go(serve(trafficSrv, trafficLn))
+	eg.Go(serve(adminSrv, adminLn))
+	if g.ctrl != nil {
+		eg.Go(func() error {
+			if err := g.ctrl.Run(egCtx); err != nil && egCtx.Err() == nil {
+				return fmt.Errorf("gateway: controller: %w", err)
+			}
+			return nil
+		})
+	}
+	eg.Go(func() error {
+		<-egCtx.Done()
+		g.shutdown(trafficSrv, adminSrv)
+		return nil
+	})
+	return eg.Wait()
+}
+
+// shutdown drains the traffic server within DrainTimeout, then the admin
+// server, and closes the engine connections.
+func (g *Gateway) shutdown(traffic, admin *http.Server) {
+	g.log.Info("draining", "running", g.lim.Running(), "timeout", g.cfg.DrainTimeout)
+	g.Drain()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
+	defer cancel()
+	if err := traffic.Shutdown(ctx); err != nil {
+		g.log.Warn("drain timeout: cutting running streams", "running", g.lim.Running())
+		_ = traffic.Close()
+	}
+	g.inflight.Wait() // handlers of cut streams see their context end and return
+	actx, acancel := context.WithTimeout(context.Background(), time.Second)
+	defer acancel()
+	if err := admin.Shutdown(actx); err != nil {
+		_ = admin.Close()
+	}
+	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
+		t.CloseIdleConnections()
+	}
+	g.log.Info("drained")
+}
+
+// windowObserver feeds the sliding window.
+type windowObserver struct{ w *slo.Window }
+
+func (o windowObserver) FirstChunk(proxy.FirstChunk) {}
+func (o windowObserver) Chunk(c proxy.Chunk)         { o.w.AddITL(c.At, c.Gap) }
+func (o windowObserver) Done(r slo.Record)           { o.w.Add(time.Now(), &r) }

@@ -1,0 +1,376 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+)
+
+// DefaultMaxBodyBytes bounds a generation request body when
+// Config.MaxBodyBytes is zero.
+const DefaultMaxBodyBytes = 16 << 20
+
+// Config configures a Proxy. Like httputil.ReverseProxy, every hook field
+// says what nil means.
+type Config struct {
+	// Upstream is the engine's base URL (scheme, host and an optional path
+	// prefix). Required.
+	Upstream *url.URL
+	// Transport carries requests to the engine. nil means
+	// http.DefaultTransport.
+	Transport http.RoundTripper
+	// Limiter caps generation requests running on the engine. nil means no
+	// cap and no queue.
+	Limiter *admission.Limiter
+	// Targets are the operator's latency targets; requests may override
+	// them with x-slo-*-ms headers.
+	Targets slo.Targets
+	// MaxQueueWait bounds a request's time in the limiter's queue. Zero
+	// means the request's own TTFT target (after overrides): a request
+	// that waited that long would miss it anyway.
+	MaxQueueWait time.Duration
+	// FirstTokenTimeout bounds the time from forwarding a streamed request
+	// to its first output chunk: 504 before the response headers, an SSE
+	// error event after them. Zero means no bound. Non-streamed requests
+	// have no observable first token and are not bounded by it.
+	FirstTokenTimeout time.Duration
+	// MaxBodyBytes bounds a generation request body (413 beyond it). Zero
+	// means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Observer receives live measurements. nil means none; use Observers
+	// to fan out to several.
+	Observer Observer
+	// Logger logs one line per failed request at Warn and per request at
+	// Debug, never prompt or completion text. nil means no logs.
+	Logger *slog.Logger
+}
+
+// Proxy relays OpenAI-compatible traffic to one engine, measuring and
+// admitting generation requests. Create it with New; it is safe for
+// concurrent use and starts no goroutines.
+type Proxy struct {
+	cfg       Config
+	transport http.RoundTripper
+	obs       Observer
+	log       *slog.Logger
+	pass      *httputil.ReverseProxy
+	running   atomic.Int64 // generation requests forwarded and not ended
+}
+
+// New returns a Proxy. It fails only on a missing or unusable Upstream.
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
+		return nil, errors.New("proxy: Upstream must be an absolute http(s) URL")
+	}
+	p := &Proxy{cfg: cfg, transport: cfg.Transport, obs: cfg.Observer, log: cfg.Logger}
+	if p.transport == nil {
+		p.transport = http.DefaultTransport
+	}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	if p.cfg.MaxBodyBytes <= 0 {
+		p.cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	up := cfg.Upstream
+	p.pass = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(up)
+			pr.Out.Header["X-Forwarded-For"] = pr.In.Header["X-Forwarded-For"]
+			pr.SetXForwarded()
+		},
+		Transport:     p.transport,
+		FlushInterval: -1,
+		ErrorLog:      slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() != nil {
+				return // the client left; nobody to answer
+			}
+			p.log.Warn("passthrough failed", "path", r.URL.Path, "err", err)
+			wire.WriteError(w, http.StatusBadGateway, wire.TypeServer, reasonUnreachable, "the engine could not be reached")
+		},
+	}
+	return p, nil
+}
+
+// Running returns the number of generation requests forwarded to the
+// engine and not yet ended.
+func (p *Proxy) Running() int { return int(p.running.Load()) }
+
+// Generation returns the handler of a generation route ("chat" for POST
+// /v1/chat/completions, "completions" for POST /v1/completions): admitted,
+// measured, judged. The route string labels records and metrics.
+func (p *Proxy) Generation(route string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveGeneration(w, r, route) })
+}
+
+// Passthrough returns the handler for every other path: relayed to the
+// engine unchanged (streamed responses flushed at once), not counted.
+func (p *Proxy) Passthrough() http.Handler { return p.pass }
+
+// ServeHTTP routes by itself, for use without a router: the two generation
+// routes on POST, everything else passed through.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			p.serveGeneration(w, r, "chat")
+			return
+		case "/v1/completions":
+			p.serveGeneration(w, r, "completions")
+			return
+		}
+	}
+	p.pass.ServeHTTP(w, r)
+}
+
+// exchange is the state of one generation request. It has a single owner,
+// the goroutine serving the request, so it needs no lock.
+type exchange struct {
+	w          http.ResponseWriter
+	r          *http.Request
+	rec        slo.Record
+	failure    slo.Outcome // non-zero once the request failed
+	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
+	forwarded  time.Time
+}
+
+func (x *exchange) fail(o slo.Outcome, reason string, status int) {
+	x.failure, x.rec.Reason = o, reason
+	if status != 0 {
+		x.rec.Status = status
+	}
+}
+
+// errorResponse answers with an OpenAI-shaped error and records the failure.
+func (x *exchange) errorResponse(o slo.Outcome, reason string, status int, errType, msg string) {
+	x.fail(o, reason, status)
+	wire.WriteError(x.w, status, errType, reason, msg)
+}
+
+func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route string) {
+	x := &exchange{w: w, r: r}
+	x.rec = slo.Record{Route: route, Arrival: time.Now(), Targets: p.cfg.Targets}
+	defer p.finish(x)
+
+	body, ok := p.readBody(x)
+	if !ok {
+		return
+	}
+	req, err := wire.ParseRequest(body)
+	if err != nil {
+		x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
+		return
+	}
+	x.rec.Model, x.rec.Streamed = req.Model, req.Stream
+	if x.rec.Targets, err = p.cfg.Targets.WithHeaders(r.Header); err != nil {
+		x.errorResponse(slo.InvalidRequest, reasonBadHeader, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
+		return
+	}
+	if req.Stream && !req.WantsUsage() {
+		if body, err = wire.EnsureIncludeUsage(body); err != nil {
+			x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
+			return
+		}
+		x.stripUsage = true
+	}
+
+	if lim := p.cfg.Limiter; lim != nil {
+		maxWait := p.cfg.MaxQueueWait
+		if maxWait == 0 {
+			maxWait = x.rec.Targets.TTFT
+		}
+		ticket, err := lim.Acquire(r.Context(), admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: maxWait})
+		if err != nil {
+			if re := admission.AsReject(err); re != nil {
+				x.fail(slo.Rejected, re.Reason(), writeReject(w, re))
+			} else {
+				x.fail(slo.ClientCancelled, "", 0)
+			}
+			return
+		}
+		defer ticket.Release() // also on panic: the slot never leaks
+		x.rec.QueueWait = ticket.QueueWait()
+	}
+	p.forward(x, body)
+}
+
+// readBody reads the whole request body, bounded by MaxBodyBytes. Reading
+// it before forwarding is also what keeps the engine from racing the
+// client's body (golang/go#40747): the outbound body is a bytes.Reader
+// that the gateway owns.
+func (p *Proxy) readBody(x *exchange) ([]byte, bool) {
+	limit := p.cfg.MaxBodyBytes
+	r := http.MaxBytesReader(x.w, x.r.Body, limit)
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(x.r.ContentLength, 512), limit)+1))
+	_, err := buf.ReadFrom(r)
+	if err == nil {
+		return buf.Bytes(), true
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		x.errorResponse(slo.InvalidRequest, reasonBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest,
+			"request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
+	case x.r.Context().Err() != nil:
+		x.fail(slo.ClientCancelled, "", 0)
+	default:
+		x.errorResponse(slo.InvalidRequest, reasonBadBody, http.StatusBadRequest, wire.TypeInvalidRequest, "could not read the request body")
+	}
+	return nil, false
+}
+
+// forward sends the request to the engine and relays the answer.
+func (p *Proxy) forward(x *exchange, body []byte) {
+	ctx, cancel := context.WithCancelCause(x.r.Context())
+	defer cancel(nil)
+	out, err := p.outbound(ctx, x.r, body)
+	if err != nil {
+		x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "could not build the upstream request")
+		return
+	}
+	var timer *time.Timer
+	if p.cfg.FirstTokenTimeout > 0 && x.rec.Streamed {
+		timer = time.AfterFunc(p.cfg.FirstTokenTimeout, func() { cancel(errFirstTokenTimeout) })
+		defer timer.Stop()
+	}
+	p.running.Add(1)
+	defer p.running.Add(-1)
+	x.forwarded = time.Now()
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		switch {
+		case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
+			x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+		case x.r.Context().Err() != nil:
+			x.fail(slo.ClientCancelled, "", 0)
+		default:
+			p.log.Warn("engine unreachable", "err", err)
+			x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
+		}
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
+		p.relayStream(ctx, x, resp, timer)
+		return
+	}
+	if timer != nil {
+		timer.Stop() // a complete non-SSE answer: nothing left to time out
+	}
+	p.relayWhole(ctx, x, resp)
+}
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
+}
+
+// outbound builds the request to the engine: the same method, path, query
+// and end-to-end headers, the (possibly rewritten) body with its exact
+// length, and X-Forwarded-For as httputil.ReverseProxy sets it.
+func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*http.Request, error) {
+	u := *p.cfg.Upstream
+	u.Path, u.RawPath = joinPath(u.Path, in.URL.Path), ""
+	if u.RawQuery == "" || in.URL.RawQuery == "" {
+		u.RawQuery += in.URL.RawQuery
+	} else {
+		u.RawQuery += "&" + in.URL.RawQuery
+	}
+	out, err := http.NewRequestWithContext(ctx, in.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	out.Header = in.Header.Clone()
+	removeHopHeaders(out.Header)
+	// The relay reads the engine's bytes: ask for them uncompressed.
+	out.Header.Del("Accept-Encoding")
+	out.Header.Del("Content-Length")
+	out.ContentLength = int64(len(body))
+	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	return out, nil
+}
+
+func joinPath(a, b string) string {
+	switch as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/"); {
+	case as && bs:
+		return a + b[1:]
+	case !as && !bs:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// hopHeaders are the hop-by-hop headers a proxy must not forward (RFC 9110
+// section 7.6.1), as httputil.ReverseProxy lists them.
+var hopHeaders = [...]string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// copyResponseHeaders copies the engine's end-to-end headers to the client.
+func copyResponseHeaders(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append(dst[k][:0:0], vv...)
+	}
+	removeHopHeaders(dst)
+}
+
+// finish judges the request and reports it. It runs from a defer, so a
+// panic in the relay still reports the request (and its slot is released
+// by the ticket's own defer).
+func (p *Proxy) finish(x *exchange) {
+	rec := &x.rec
+	if x.failure != 0 {
+		rec.Outcome = x.failure
+	} else {
+		rec.Outcome = slo.Judge(rec)
+	}
+	p.obs.Done(*rec)
+	lvl := slog.LevelDebug
+	if rec.Outcome&(slo.EngineError) != 0 {
+		lvl = slog.LevelWarn
+	}
+	if p.log.Enabled(x.r.Context(), lvl) {
+		p.log.LogAttrs(x.r.Context(), lvl, "request",
+			slog.String("route", rec.Route), slog.String("model", rec.Model),
+			slog.Bool("stream", rec.Streamed), slog.Int("status", rec.Status),
+			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
+			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
+			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
+			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens))
+	}
+}

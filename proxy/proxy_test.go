@@ -1,0 +1,514 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/proxy/proxytest"
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// recorder is an Observer that keeps everything it is told.
+type recorder struct {
+	mu      sync.Mutex
+	firsts  []FirstChunk
+	chunks  []Chunk
+	records []slo.Record
+	done    chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{done: make(chan struct{}, 1000)} }
+
+func (r *recorder) FirstChunk(c FirstChunk) {
+	r.mu.Lock()
+	r.firsts = append(r.firsts, c)
+	r.mu.Unlock()
+}
+func (r *recorder) Chunk(c Chunk) { r.mu.Lock(); r.chunks = append(r.chunks, c); r.mu.Unlock() }
+func (r *recorder) Done(rec slo.Record) {
+	r.mu.Lock()
+	r.records = append(r.records, rec)
+	r.mu.Unlock()
+	r.done <- struct{}{}
+}
+
+// last waits for the next record.
+func (r *recorder) last(t *testing.T) slo.Record {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no record")
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.records[len(r.records)-1]
+}
+
+type setup struct {
+	engine  *httptest.Server
+	gateway *httptest.Server
+	rec     *recorder
+	lim     *admission.Limiter
+	proxy   *Proxy
+}
+
+func newSetup(t *testing.T, engine http.Handler, cfg Config) *setup {
+	t.Helper()
+	s := &setup{rec: newRecorder()}
+	s.engine = httptest.NewServer(engine)
+	t.Cleanup(s.engine.Close)
+	u, _ := url.Parse(s.engine.URL)
+	if cfg.Upstream == nil {
+		cfg.Upstream = u
+	}
+	if cfg.Targets == (slo.Targets{}) {
+		cfg.Targets = slo.Targets{TTFT: time.Hour, TPOT: time.Hour} // judged good however slow the machine
+	}
+	cfg.Observer = s.rec
+	s.lim = cfg.Limiter
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.proxy = p
+	s.gateway = httptest.NewServer(p)
+	t.Cleanup(s.gateway.Close)
+	return s
+}
+
+func post(t *testing.T, base, path, body string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// events splits a body into its SSE data payloads.
+func events(body string) []string {
+	var out []string
+	er := wire.NewEventReader(strings.NewReader(body))
+	for {
+		ev, err := er.Next()
+		if err != nil {
+			return out
+		}
+		if ev.Data != nil {
+			out = append(out, string(ev.Data))
+		}
+	}
+}
+
+const chatBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+const chatBodyUsage = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
+const complBody = `{"model":"m","stream":true,"prompt":"hi"}`
+
+func TestStreamFlavours(t *testing.T) {
+	tests := []struct {
+		name         string
+		flavor       proxytest.Flavor
+		path, body   string
+		noUsage      bool
+		wantUsageEvt bool // the client sees a usage-only chunk
+		wantEvents   int  // data events the client sees, [DONE] included
+		wantTokens   int
+		estimated    bool
+	}{
+		// vLLM: role, 5 content, finish, [usage], [DONE].
+		{"vllm chat, usage added and removed", proxytest.VLLM, "/v1/chat/completions", chatBody, false, false, 8, 15, false},
+		{"vllm chat, client asked usage", proxytest.VLLM, "/v1/chat/completions", chatBodyUsage, false, true, 9, 15, false},
+		{"vllm completions", proxytest.VLLM, "/v1/completions", complBody, false, false, 7, 15, false},
+		// SGLang: 5 content (role in the first), finish, [usage], [DONE].
+		{"sglang chat", proxytest.SGLang, "/v1/chat/completions", chatBody, false, false, 7, 15, false},
+		// llama.cpp: 5 content (usage and finish in the last), [DONE]; nothing removed.
+		{"llama.cpp chat", proxytest.LlamaCpp, "/v1/chat/completions", chatBody, false, false, 6, 15, false},
+		{"no usage at all: estimated from chunks", proxytest.VLLM, "/v1/chat/completions", chatBody, true, false, 8, 5, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eng := &proxytest.Engine{Flavor: tt.flavor, Chunks: 5, TokensPerChunk: 3, NoUsage: tt.noUsage, Gap: time.Millisecond}
+			s := newSetup(t, eng, Config{})
+			resp := post(t, s.gateway.URL, tt.path, tt.body)
+			body := readAll(t, resp)
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("status %d, content-type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			evs := events(body)
+			if len(evs) != tt.wantEvents || evs[len(evs)-1] != "[DONE]" {
+				t.Fatalf("client got %d events, want %d: %q", len(evs), tt.wantEvents, evs)
+			}
+			sawUsageOnly := false
+			for _, e := range evs[:len(evs)-1] {
+				if info, _ := wire.Inspect([]byte(e)); info.UsageOnly {
+					sawUsageOnly = true
+				}
+			}
+			if sawUsageOnly != tt.wantUsageEvt {
+				t.Fatalf("usage-only chunk seen = %v, want %v", sawUsageOnly, tt.wantUsageEvt)
+			}
+			// The engine was asked for usage.
+			if fwd, _ := wire.ParseRequest(*eng.LastBody.Load()); !fwd.WantsUsage() {
+				t.Fatal("include_usage not injected")
+			}
+			r := s.rec.last(t)
+			if r.OutputTokens != tt.wantTokens || r.OutputChunks != 5 || r.Estimated != tt.estimated ||
+				!r.Streamed || r.Status != 200 || r.Outcome != slo.Good || r.TTFT <= 0 || r.EngineTTFT <= 0 ||
+				r.E2E < r.TTFT || r.Model != "m" {
+				t.Fatalf("record %+v", r)
+			}
+			s.rec.mu.Lock()
+			defer s.rec.mu.Unlock()
+			if len(s.rec.firsts) != 1 || len(s.rec.chunks) != 4 || s.rec.firsts[0].Running != 1 {
+				t.Fatalf("observed %d first chunks, %d later chunks (running %v)", len(s.rec.firsts), len(s.rec.chunks), s.rec.firsts)
+			}
+		})
+	}
+}
+
+// TestBytesUnchanged checks that, apart from the usage-only chunk the
+// gateway asked for, the client gets exactly the engine's bytes.
+func TestBytesUnchanged(t *testing.T) {
+	for _, f := range []proxytest.Flavor{proxytest.VLLM, proxytest.SGLang, proxytest.LlamaCpp} {
+		eng := &proxytest.Engine{Flavor: f, Chunks: 3, TokensPerChunk: 2}
+		s := newSetup(t, eng, Config{})
+		viaGateway := readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBodyUsage))
+		direct := readAll(t, post(t, s.engine.URL, "/v1/chat/completions", chatBodyUsage))
+		if viaGateway != direct {
+			t.Fatalf("%s: bytes differ\ngateway: %q\nengine:  %q", f, viaGateway, direct)
+		}
+	}
+}
+
+func TestNonStreamed(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 4, TokensPerChunk: 5}
+	s := newSetup(t, eng, Config{Targets: slo.Targets{TTFT: time.Minute, TPOT: time.Second}})
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	body := readAll(t, resp)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"completion_tokens":20`) {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	if fwd := string(*eng.LastBody.Load()); fwd != `{"model":"m","messages":[]}` {
+		t.Fatalf("non-streamed body rewritten: %s", fwd)
+	}
+	r := s.rec.last(t)
+	if r.Streamed || r.OutputTokens != 20 || r.TTFT != 0 || r.Outcome != slo.Good || r.E2E <= 0 {
+		t.Fatalf("record %+v", r)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tests := []struct {
+		name, body string
+		hdr        []string
+		status     int
+		code       string
+	}{
+		{"malformed json", `{"model":`, nil, 400, "invalid_json"},
+		{"not an object", `[1,2]`, nil, 400, "invalid_json"},
+		{"too large", `{"model":"m","prompt":"` + strings.Repeat("x", 2000) + `"}`, nil, 413, "body_too_large"},
+		{"bad slo header", chatBody, []string{"x-slo-ttft-ms", "soon"}, 400, "invalid_slo_header"},
+	}
+	eng := &proxytest.Engine{}
+	s := newSetup(t, eng, Config{MaxBodyBytes: 1000})
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := post(t, s.gateway.URL, "/v1/chat/completions", tt.body, tt.hdr...)
+			var eb wire.ErrorBody
+			if err := json.Unmarshal([]byte(readAll(t, resp)), &eb); err != nil || resp.StatusCode != tt.status ||
+				eb.Error.Code == nil || *eb.Error.Code != tt.code || eb.Error.Type != wire.TypeInvalidRequest {
+				t.Fatalf("status %d, body %+v, err %v", resp.StatusCode, eb, err)
+			}
+			if r := s.rec.last(t); r.Outcome != slo.InvalidRequest || r.Reason != tt.code {
+				t.Fatalf("record %+v", r)
+			}
+		})
+	}
+	if n := eng.Requests.Load(); n != 0 {
+		t.Fatalf("engine contacted %d times for bad input", n)
+	}
+}
+
+func TestSLOHeadersJudged(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 3, Gap: 30 * time.Millisecond}
+	s := newSetup(t, eng, Config{})
+	readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody, "x-slo-tpot-ms", "1"))
+	if r := s.rec.last(t); r.Outcome != slo.MissedTPOT || r.Targets.TPOT != time.Millisecond {
+		t.Fatalf("record %+v, want missed_tpot with a 1 ms target", r)
+	}
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Run("unreachable 502", func(t *testing.T) {
+		dead := httptest.NewServer(http.NotFoundHandler())
+		u, _ := url.Parse(dead.URL)
+		dead.Close()
+		s := newSetup(t, &proxytest.Engine{}, Config{Upstream: u})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 502 || !strings.Contains(body, `"type":"server_error"`) {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonUnreachable {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("no headers before first-token timeout 504", func(t *testing.T) {
+		hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body) // so that the server notices the gateway hanging up
+			<-r.Context().Done()
+		})
+		s := newSetup(t, hang, Config{FirstTokenTimeout: 50 * time.Millisecond})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 504 || !strings.Contains(body, `"type":"timeout_error"`) {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("headers sent, then no first token: SSE error event", func(t *testing.T) {
+		eng := &proxytest.Engine{Flavor: proxytest.VLLM, FirstDelay: 2 * time.Second}
+		s := newSetup(t, eng, Config{FirstTokenTimeout: 50 * time.Millisecond})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		evs := events(readAll(t, resp))
+		if resp.StatusCode != 200 || len(evs) != 2 || !strings.Contains(evs[1], `"type":"timeout_error"`) {
+			t.Fatalf("status %d events %q", resp.StatusCode, evs)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("stream broken mid-way: SSE error event", func(t *testing.T) {
+		broken := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // cut the connection
+		})
+		s := newSetup(t, broken, Config{})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		evs := events(readAll(t, resp))
+		if len(evs) != 2 || !strings.Contains(evs[1], `"code":"stream_broken"`) {
+			t.Fatalf("events %q", evs)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.OutputChunks != 1 {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("engine 500 relayed", func(t *testing.T) {
+		e500 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			wire.WriteError(w, 500, wire.TypeServer, "", "engine exploded")
+		})
+		s := newSetup(t, e500, Config{})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 500 || !strings.Contains(body, "engine exploded") {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Status != 500 {
+			t.Fatalf("record %+v", r)
+		}
+	})
+}
+
+func TestRejection(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 300 * time.Millisecond}
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
+	s := newSetup(t, eng, Config{Limiter: lim})
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+	body := readAll(t, resp)
+	<-first
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderReason) != "queue_full" ||
+		!strings.Contains(body, `"type":"rate_limit_error"`) || !strings.Contains(body, `"code":"queue_full"`) {
+		t.Fatalf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
+	}
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	var rejected int
+	for _, r := range s.rec.records {
+		if r.Outcome == slo.Rejected && r.Reason == "queue_full" && r.Status == 429 {
+			rejected++
+		}
+	}
+	if rejected != 1 || lim.Running() != 0 {
+		t.Fatalf("rejected %d, running %d", rejected, lim.Running())
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{0: "1", 300 * time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 15 * time.Second: "15"} {
+		if got := retryAfterSeconds(d); got != want {
+			t.Errorf("retryAfterSeconds(%v) = %s, want %s", d, got, want)
+		}
+	}
+}
+
+// TestClientCancel checks that a client that leaves mid-stream cancels the
+// engine request at once and gives its slot back.
+func TestClientCancel(t *testing.T) {
+	engineSawCancel := make(chan struct{})
+	eng := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done()
+		close(engineSawCancel)
+	})
+	lim := admission.NewLimiter(admission.Config{Limit: 1})
+	s := newSetup(t, eng, Config{Limiter: lim})
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(resp.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-engineSawCancel:
+	case <-time.After(10 * time.Second):
+		t.Fatal("engine request not cancelled")
+	}
+	if r := s.rec.last(t); r.Outcome != slo.ClientCancelled || lim.Running() != 0 {
+		t.Fatalf("record %+v, running %d", r, lim.Running())
+	}
+}
+
+// TestClientLeavesAfterOutput checks that a client that hangs up right after
+// the finish chunk, before the usage chunk and [DONE], is judged on what it
+// got, not counted as cancelled.
+func TestClientLeavesAfterOutput(t *testing.T) {
+	eng := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"+
+			"data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the usage chunk and [DONE] never come
+	})
+	s := newSetup(t, eng, Config{})
+	req, _ := http.NewRequest(http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for range 4 { // two events, each a data line and a blank line
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp.Body.Close()
+	if r := s.rec.last(t); r.Outcome != slo.Good || r.OutputChunks != 2 || !r.Estimated {
+		t.Fatalf("record %+v, want good with 2 estimated tokens", r)
+	}
+}
+
+func TestPassthrough(t *testing.T) {
+	s := newSetup(t, &proxytest.Engine{}, Config{})
+	resp, err := http.Get(s.gateway.URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, `"id":"fake"`) {
+		t.Fatalf("status %d body %s", resp.StatusCode, body)
+	}
+	select {
+	case <-s.rec.done:
+		t.Fatal("passthrough request was recorded")
+	default:
+	}
+}
+
+// TestNoBrokenStreams is the regression test for golang/go#40747: an engine
+// that answers (headers and a first event) before it reads the request body
+// must not break any stream. 200 streamed requests, 16 at a time, each with
+// a body large enough to span several TCP writes.
+func TestNoBrokenStreams(t *testing.T) {
+	eng := &proxytest.Engine{Flavor: proxytest.VLLM, HeadersFirst: true, Chunks: 8, TokensPerChunk: 2}
+	s := newSetup(t, eng, Config{})
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`
+	const total, workers = 200, 16
+	var mu sync.Mutex
+	broken := 0
+	var wg sync.WaitGroup
+	jobs := make(chan int)
+	for range workers {
+		wg.Go(func() {
+			for range jobs {
+				resp, err := http.Post(s.gateway.URL+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(body)))
+				ok := err == nil
+				if ok {
+					b, err := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					evs := events(string(b))
+					ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
+					if !ok {
+						t.Logf("status %d, %d events, err %v: %.300s", resp.StatusCode, len(evs), err, b)
+					}
+				}
+				if !ok {
+					t.Logf("broken: %v", err)
+					mu.Lock()
+					broken++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := range total {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	if broken != 0 {
+		t.Fatalf("%d of %d streams broken", broken, total)
+	}
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	for _, r := range s.rec.records {
+		if !r.Outcome.Completed() { // good or missed: the machine may be slow
+			t.Fatalf("record %+v", r)
+		}
+	}
+}

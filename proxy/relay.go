@@ -1,0 +1,204 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+)
+
+// maxWholeBody bounds how much of a non-streamed response is held to read
+// its usage report; a larger body is relayed unparsed.
+const maxWholeBody = 8 << 20
+
+// relayStream relays an SSE response event by event, flushing each at
+// once, and measures it. Per event it does one wire.Inspect and no other
+// allocation: the event reader reuses its buffers and observations are
+// passed by value.
+func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Response, timer *time.Timer) {
+	w, rec := x.w, &x.rec
+	copyResponseHeaders(w.Header(), resp.Header)
+	w.Header().Del("Content-Length")
+	w.WriteHeader(resp.StatusCode)
+	rec.Status = resp.StatusCode
+	rc := http.NewResponseController(w)
+	clientGone := rc.Flush() != nil
+
+	var (
+		first, last time.Time
+		usage       wire.Usage
+		haveUsage   bool
+		done        bool // saw [DONE] or a finish_reason
+		errEvent    bool
+		readErr     error
+	)
+	// Flush when the reader holds no further event that already arrived:
+	// each event still reaches the client as soon as it arrived, but events
+	// that arrived together leave in one write, as nginx does.
+	src := &countingReader{r: resp.Body}
+	er := wire.NewEventReader(src)
+	var consumed int64
+	dirty := false
+	for !clientGone {
+		ev, err := er.Next()
+		if err != nil {
+			readErr = err
+			break
+		}
+		consumed += int64(len(ev.Raw))
+		now := time.Now()
+		forward := true
+		if ev.Data != nil {
+			if ev.IsDone() {
+				done = true
+			} else if info, err := wire.Inspect(ev.Data); err == nil {
+				if info.Usage != nil {
+					usage, haveUsage = *info.Usage, true
+				}
+				done = done || info.Finished
+				errEvent = errEvent || info.Error
+				// Drop the usage-only chunk the gateway asked for and the
+				// client did not.
+				forward = !(info.UsageOnly && x.stripUsage)
+				if info.HasOutput {
+					rec.OutputChunks++
+					running := int(p.running.Load())
+					if first.IsZero() {
+						first = now
+						if timer != nil {
+							timer.Stop()
+						}
+						rec.TTFT, rec.EngineTTFT = now.Sub(rec.Arrival), now.Sub(x.forwarded)
+						p.obs.FirstChunk(FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
+							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets})
+					} else {
+						gap := now.Sub(last)
+						rec.MaxITL = max(rec.MaxITL, gap)
+						p.obs.Chunk(Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
+					}
+					last = now
+				}
+			}
+		}
+		if forward {
+			if _, err := w.Write(ev.Raw); err != nil {
+				clientGone = true
+				break
+			}
+			dirty = true
+		}
+		if dirty && consumed == src.n {
+			dirty = false
+			if err := rc.Flush(); err != nil {
+				clientGone = true
+			}
+		}
+	}
+	if dirty && !clientGone {
+		_ = rc.Flush()
+	}
+	end := time.Now()
+
+	if haveUsage {
+		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, usage.CompletionTokens
+	} else {
+		rec.OutputTokens, rec.Estimated = rec.OutputChunks, true
+	}
+	if !last.IsZero() {
+		rec.E2E = last.Sub(rec.Arrival)
+	} else {
+		rec.E2E = end.Sub(rec.Arrival)
+	}
+
+	switch {
+	case clientGone || (readErr != nil && x.r.Context().Err() != nil):
+		// A client that hangs up once the output has ended (finish_reason
+		// or [DONE] seen) got its whole answer: judge it. Only one that
+		// left before the end cancelled.
+		if !done {
+			x.fail(slo.ClientCancelled, "", 0)
+		}
+	case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
+		p.streamError(x, slo.EngineError, reasonFirstTokenTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+	case errors.Is(readErr, wire.ErrEventTooLarge):
+		p.streamError(x, slo.EngineError, reasonEventTooLarge, wire.TypeServer, "the engine sent an event larger than the gateway relays")
+	case readErr != nil && readErr != io.EOF:
+		p.log.Warn("engine stream broke", "err", readErr)
+		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream broke off")
+	case errEvent:
+		x.fail(slo.EngineError, reasonErrorEvent, 0) // the engine's own error event was relayed
+	case !done:
+		// Ended cleanly but with neither [DONE] nor a finish_reason: cut short.
+		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream ended early")
+	}
+}
+
+// streamError records a failure after the headers were sent and tells the
+// client with an SSE error event (the only channel left).
+func (p *Proxy) streamError(x *exchange, o slo.Outcome, reason, errType, msg string) {
+	x.fail(o, reason, 0)
+	if _, err := x.w.Write(wire.ErrorEvent(errType, reason, msg)); err == nil {
+		_ = http.NewResponseController(x.w).Flush()
+	}
+}
+
+// relayWhole relays a response that is not an SSE stream (a non-streamed
+// completion, or an engine error), reading the usage report of a
+// successful one.
+func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response) {
+	rec := &x.rec
+	rec.Streamed = false // whatever was asked, no first token was observable
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWholeBody+1))
+	if err != nil {
+		switch {
+		case x.r.Context().Err() != nil:
+			x.fail(slo.ClientCancelled, "", 0)
+		case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
+			x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+		default:
+			x.errorResponse(slo.EngineError, reasonStreamBroken, http.StatusBadGateway, wire.TypeServer, "the engine's response broke off")
+		}
+		return
+	}
+	copyResponseHeaders(x.w.Header(), resp.Header)
+	x.w.WriteHeader(resp.StatusCode)
+	rec.Status = resp.StatusCode
+	_, werr := x.w.Write(body)
+	if werr == nil && len(body) > maxWholeBody {
+		_, werr = io.Copy(x.w, resp.Body)
+	}
+	rec.E2E = time.Since(rec.Arrival)
+	switch s := resp.StatusCode; {
+	case werr != nil:
+		x.fail(slo.ClientCancelled, "", 0)
+		return
+	case s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests:
+		x.fail(slo.InvalidRequest, reasonEngineStatus, 0)
+		return
+	case s < 200 || s >= 300:
+		x.fail(slo.EngineError, reasonEngineStatus, 0)
+		return
+	}
+	if info, err := wire.Inspect(body); err == nil && info.Usage != nil {
+		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, info.Usage.CompletionTokens
+	} else {
+		rec.Estimated = true // no usage report: output tokens unknown
+	}
+}
+
+// countingReader counts the bytes read through it, so the relay knows when
+// the event reader has consumed everything that arrived.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,140 @@
+package slo
+
+import (
+	"strings"
+	"time"
+)
+
+// Outcome is the judgement of one request. It is a small bit set: zero is
+// good; the Missed* bits may hold together; the failure classes stand alone.
+// Its String is the value of the metric label "outcome".
+type Outcome uint8
+
+// Outcomes.
+const (
+	Good Outcome = 0
+	// MissedTTFT: the first output came later than the TTFT target.
+	MissedTTFT Outcome = 1 << iota
+	// MissedTPOT: the time per output token exceeded the TPOT target.
+	MissedTPOT
+	// MissedE2E: the last output came later than the E2E target (or, for a
+	// non-streamed request without an E2E target, later than
+	// TTFT + TPOT x (output_tokens - 1)).
+	MissedE2E
+	// Rejected: admission refused the request (429, or 503 while draining).
+	Rejected
+	// EngineError: the engine failed (unreachable, 5xx, timeout, broken or
+	// error-carrying stream).
+	EngineError
+	// ClientCancelled: the client went away before the response ended.
+	ClientCancelled
+	// InvalidRequest: the request was refused as malformed (400, 413), by
+	// the gateway or by the engine (4xx). Not judged, not counted in
+	// attainment.
+	InvalidRequest
+
+	missedMask = MissedTTFT | MissedTPOT | MissedE2E
+)
+
+// Good reports whether the request met every target it had.
+func (o Outcome) Good() bool { return o == Good }
+
+// Missed reports whether the request completed but missed some target.
+func (o Outcome) Missed() bool { return o&missedMask != 0 && o&^missedMask == 0 }
+
+// Completed reports whether the engine answered in full (good or missed).
+func (o Outcome) Completed() bool { return o&^missedMask == 0 }
+
+// Has reports whether every bit of f is set in o.
+func (o Outcome) Has(f Outcome) bool { return o&f == f }
+
+var outcomeNames = [...]struct {
+	bit  Outcome
+	name string
+}{
+	{MissedTTFT, "missed_ttft"}, {MissedTPOT, "missed_tpot"}, {MissedE2E, "missed_e2e"},
+	{Rejected, "rejected"}, {EngineError, "engine_error"},
+	{ClientCancelled, "client_cancelled"}, {InvalidRequest, "invalid_request"},
+}
+
+// String returns "good", one name such as "missed_ttft" or "rejected", or
+// several missed names joined by "+" ("missed_ttft+missed_tpot"), in the
+// order ttft, tpot, e2e. The set of values is small and fixed, so it is a
+// safe metric label.
+func (o Outcome) String() string {
+	if o == Good {
+		return "good"
+	}
+	var b strings.Builder
+	for _, n := range outcomeNames {
+		if o&n.bit != 0 {
+			if b.Len() > 0 {
+				b.WriteByte('+')
+			}
+			b.WriteString(n.name)
+		}
+	}
+	return b.String()
+}
+
+// MarshalText encodes the outcome as its String, for JSON.
+func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil }
+
+// Record is what the gateway measured about one generation request. Zero
+// durations mean "not observed" (a non-streamed request has no TTFT; a
+// rejected one was never forwarded).
+type Record struct {
+	// Route is the generation route: "chat" or "completions".
+	Route string `json:"route"`
+	// Model is the request's model field.
+	Model string `json:"model"`
+	// Streamed is true for a streamed (SSE) request.
+	Streamed bool `json:"streamed"`
+	// Status is the HTTP status the client got (0 when the client left
+	// before any was sent).
+	Status int `json:"status"`
+	// Reason is a short cause for a failure or rejection (for example
+	// "queue_full", "upstream_unreachable", "first_token_timeout"), empty
+	// otherwise. A bounded set, safe as a label.
+	Reason string `json:"reason,omitempty"`
+
+	// Arrival is when the gateway received the request.
+	Arrival time.Time `json:"arrival"`
+	// Targets are the bounds after header overrides.
+	Targets Targets `json:"targets"`
+	// QueueWait is the time spent waiting for a slot.
+	QueueWait time.Duration `json:"queue_wait"`
+	// TTFT runs from arrival to the first output chunk (the client's view).
+	TTFT time.Duration `json:"ttft"`
+	// EngineTTFT runs from forwarding to the first output chunk.
+	EngineTTFT time.Duration `json:"engine_ttft"`
+	// E2E runs from arrival to the last output chunk (streamed) or to the
+	// end of the response body (non-streamed).
+	E2E time.Duration `json:"e2e"`
+	// MaxITL is the longest gap between successive output chunks. Each gap
+	// is reported live to observers; the record keeps only the maximum so
+	// that it needs no per-chunk storage.
+	MaxITL time.Duration `json:"max_itl"`
+
+	// PromptTokens and OutputTokens come from the engine's usage report.
+	PromptTokens int `json:"prompt_tokens"`
+	OutputTokens int `json:"output_tokens"`
+	// OutputChunks counts chunks that carried output.
+	OutputChunks int `json:"output_chunks"`
+	// Estimated is true when the engine sent no usage report and
+	// OutputTokens is the number of output chunks instead.
+	Estimated bool `json:"estimated,omitempty"`
+
+	// Outcome is the judgement (see Judge).
+	Outcome Outcome `json:"outcome"`
+}
+
+// TPOT returns (E2E - TTFT) / (output_tokens - 1), vLLM's time per output
+// token, which excludes the first token. ok is false when it is not
+// defined: not streamed, no first output, or fewer than two output tokens.
+func (r *Record) TPOT() (tpot time.Duration, ok bool) {
+	if !r.Streamed || r.OutputChunks == 0 || r.OutputTokens < 2 || r.E2E < r.TTFT {
+		return 0, false
+	}
+	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1), true
+}
