@@ -127,6 +127,18 @@ func profileRound(ctx context.Context, t *target, w workload, dir string, s sett
 		}
 		errc <- err
 	}()
+	// Mutex and block profiles are cumulative: save them before and after,
+	// for go tool pprof -diff_base.
+	save := func(kind, when string) error {
+		body, err := get(ctx, t.adminURL+"/debug/pprof/"+kind)
+		if err != nil {
+			return nil // not every relay samples them
+		}
+		return os.WriteFile(filepath.Join(dir, name+"-"+kind+"-"+when+".pprof"), []byte(body), 0o644)
+	}
+	var errs []error
+	errs = append(errs, save("mutex", "before"), save("block", "before"))
 	runRound(ctx, t.client, t.base, w)
-	return errors.Join(<-errc, <-errc)
+	errs = append(errs, save("mutex", "after"), save("block", "after"), <-errc, <-errc)
+	return errors.Join(errs...)
 }

@@ -16,7 +16,7 @@ import (
 )
 
 // Target names, in the order the report lists them.
-var allTargets = []string{"direct", "revproxy", "nginx", "kneecap"}
+var allTargets = []string{"direct", "revproxy", "nginx", "kneecap", "kneecap-alt"}
 
 func knownTarget(t string) bool { return slices.Contains(allTargets, t) }
 
@@ -88,20 +88,21 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			}
 		}
 	}()
-	engine, engineAddr, _, err := startSelf(ctx, self, "engine", "-role", "engine")
+	engine, engineAddr, _, err := startSelf(ctx, self, "engine", nil, "-role", "engine")
 	if err != nil {
 		return err
 	}
 	children = append(children, engine)
 
 	var targets []*target
+	var twin *target
 	for _, name := range c.targets {
 		t := &target{name: name, client: &http.Client{Transport: newClientTransport()}}
 		switch name {
 		case "direct":
 			t.base, t.proc = "http://"+engineAddr, engine
 		case "revproxy":
-			ch, addr, admin, err := startSelf(ctx, self, "revproxy", "-role", "revproxy", "-upstream", "http://"+engineAddr)
+			ch, addr, admin, err := startSelf(ctx, self, "revproxy", nil, "-role", "revproxy", "-upstream", "http://"+engineAddr)
 			if err != nil {
 				return err
 			}
@@ -130,9 +131,13 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 				return err
 			}
 			t.base, t.proc = "http://"+addr, ch
-		case "kneecap":
-			if c.kneecap == "" {
-				logf("skipping kneecap: no -kneecap binary")
+		case "kneecap", "kneecap-alt":
+			bin := c.kneecap
+			if name == "kneecap-alt" {
+				bin = c.kneecapAlt
+			}
+			if bin == "" {
+				logf("skipping %s: no -%s binary", name, name)
 				continue
 			}
 			addr, err := freePort()
@@ -143,7 +148,7 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			if err != nil {
 				return err
 			}
-			ch, err := startKneecap(mustAbs(c.kneecap), addr, admin, engineAddr, c.kneecapEnv)
+			ch, err := startKneecap(name, mustAbs(bin), addr, admin, engineAddr, c.kneecapEnv)
 			if err != nil {
 				return err
 			}
@@ -152,8 +157,33 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 				return err
 			}
 			t.base, t.proc, t.adminURL = "http://"+addr, ch, "http://"+admin
+			if name == "kneecap-alt" {
+				break
+			}
+			// The twin: the same gateway code with pprof, for the live heap
+			// and the profiles (serve has no pprof); measured in rounds of
+			// its own, never in the rotation.
+			taddr, err := freePort()
+			if err != nil {
+				return err
+			}
+			tadmin, err := freePort()
+			if err != nil {
+				return err
+			}
+			tch, paddr, pprofAddr, err := startSelf(ctx, self, "kneecap-twin",
+				kneecapEnv(taddr, tadmin, engineAddr, c.kneecapEnv), "-role", "gateway")
+			if err != nil {
+				return err
+			}
+			children = append(children, tch)
+			twin = &target{name: "kneecap-twin", base: "http://" + paddr, proc: tch,
+				client: &http.Client{Transport: newClientTransport()}, adminURL: "http://" + pprofAddr}
 		}
 		targets = append(targets, t)
+	}
+	if twin != nil {
+		defer twin.client.CloseIdleConnections()
 	}
 	defer func() {
 		for _, t := range targets {
@@ -195,9 +225,20 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 						s, r+1, t.name, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken, time.Since(startAll).Seconds())
 				}
 			}
+			if twin != nil {
+				runRound(ctx, twin.client, twin.base, warm)
+				sleepCtx(ctx, c.settle)
+				rs, err := measureRound(ctx, twin, engine, w)
+				if err != nil {
+					return err
+				}
+				res.addTwin(s, rs)
+				logf("%-22s twin round kneecap-twin p50 TTFC %6.2f ms  CPU/chunk %5.1f us  broken %d",
+					s, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken)
+			}
 			if c.profileDir != "" && n == slices.Max(c.streams) {
-				for _, t := range targets {
-					if t.adminURL != "" {
+				for _, t := range append(slices.Clone(targets), twin) {
+					if t != nil && t.adminURL != "" && !strings.HasPrefix(t.name, "kneecap") || t == twin {
 						if err := profileRound(ctx, t, w, c.profileDir, s); err != nil {
 							logf("profiling %s: %v", t.name, err)
 						}
@@ -289,8 +330,9 @@ func measureRound(ctx context.Context, t *target, engine *child, w workload) (ro
 // startSelf runs this binary in a child role and waits for the address it
 // reports on stdout ("listening ADDR"), and its admin address ("admin ADDR",
 // printed before it) if it has one.
-func startSelf(ctx context.Context, self, name string, args ...string) (c *child, addr, admin string, err error) {
+func startSelf(ctx context.Context, self, name string, env []string, args ...string) (c *child, addr, admin string, err error) {
 	cmd := exec.Command(self, args...)
+	cmd.Env = env
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, "", "", err

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -45,6 +46,7 @@ type config struct {
 	unpacedTotal int
 	nginx        string
 	kneecap      string
+	kneecapAlt   string
 	kneecapEnv   []string
 	timeout      time.Duration
 	settle       time.Duration
@@ -56,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var c config
 	var streams, modes, targets, kenv, intervals string
-	fs.StringVar(&c.role, "role", "harness", "harness | engine | revproxy (the last two are started by the harness)")
+	fs.StringVar(&c.role, "role", "harness", "harness | engine | revproxy | gateway (the last three are started by the harness)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "listen address of a child role")
 	fs.StringVar(&c.upstream, "upstream", "", "engine base URL of the revproxy role")
 	fs.StringVar(&streams, "streams", "100,1000", "concurrent streams, comma-separated")
@@ -68,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.unpacedTotal, "unpaced-total", 500000, "chunks per unpaced round over all streams (at least 100 per stream)")
 	fs.StringVar(&c.nginx, "nginx", "nginx", "nginx binary (looked up in PATH)")
 	fs.StringVar(&c.kneecap, "kneecap", "", "kneecap binary; empty skips kneecap")
+	fs.StringVar(&c.kneecapAlt, "kneecap-alt", "", "a second kneecap binary (a candidate change), measured as target kneecap-alt in the same rotation")
 	fs.StringVar(&kenv, "kneecap-env", "", "extra KEY=VALUE settings for kneecap serve, comma-separated")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "hard bound on the whole run")
 	fs.DurationVar(&c.settle, "settle", 300*time.Millisecond, "pause between rounds")
@@ -80,9 +83,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runEngine(c.listen, stdout)
 	case "revproxy":
 		return runReverseProxy(c.listen, c.upstream, stdout)
+	case "gateway":
+		return runGateway(stdout)
 	case "harness":
 	default:
-		return usageError{fmt.Errorf("-role %q: want harness, engine or revproxy", c.role)}
+		return usageError{fmt.Errorf("-role %q: want harness, engine, revproxy or gateway", c.role)}
 	}
 	for _, s := range splitList(streams) {
 		n, err := strconv.Atoi(s)
@@ -118,6 +123,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	c.targets = splitList(targets)
+	if c.kneecapAlt != "" && !slices.Contains(c.targets, "kneecap-alt") {
+		c.targets = append(c.targets, "kneecap-alt")
+	}
 	for _, t := range c.targets {
 		if !knownTarget(t) {
 			return usageError{fmt.Errorf("-targets: unknown target %q", t)}

@@ -81,16 +81,23 @@ func startNginx(bin, dir, listen, upstream string) (*child, error) {
 // startKneecap runs `kneecap serve` in front of upstream with a concurrency
 // cap far above the benchmark's, so admission never queues: what is measured
 // is the relay and its per-chunk measurement.
-func startKneecap(bin, listen, admin, upstream string, extraEnv []string) (*child, error) {
+func startKneecap(name, bin, listen, admin, upstream string, extraEnv []string) (*child, error) {
 	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = kneecapEnv(listen, admin, upstream, extraEnv)
+	return startChild(name, cmd)
+}
+
+// kneecapEnv is the environment of `kneecap serve` (and of its twin, the
+// gateway role). Logging stays at its default level (info), as an operator
+// runs it: the gateway logs failed requests only, so a clean run logs
+// nothing per request.
+func kneecapEnv(listen, admin, upstream string, extra []string) []string {
+	env := append(os.Environ(),
 		"KNEECAP_UPSTREAM=http://"+upstream,
 		"KNEECAP_LISTEN="+listen,
 		"KNEECAP_ADMIN_LISTEN="+admin,
 		"KNEECAP_MAX_CONCURRENCY=100000",
 		"KNEECAP_MAX_QUEUE=100000",
-		"KNEECAP_LOG_LEVEL=warn",
 	)
-	cmd.Env = append(cmd.Env, extraEnv...)
-	return startChild("kneecap", cmd)
+	return append(env, extra...)
 }

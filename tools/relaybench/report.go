@@ -18,12 +18,13 @@ type results struct {
 	targets  []string
 	settings []setting
 	rounds   map[setting]map[string][]roundStats
+	twin     map[setting][]roundStats
 	loadAvg0 string
 	elapsed  time.Duration
 }
 
 func newResults(c config, ts []*target) *results {
-	r := &results{cfg: c, rounds: map[setting]map[string][]roundStats{}, loadAvg0: loadAvg()}
+	r := &results{cfg: c, rounds: map[setting]map[string][]roundStats{}, twin: map[setting][]roundStats{}, loadAvg0: loadAvg()}
 	for _, t := range ts {
 		r.targets = append(r.targets, t.name)
 	}
@@ -37,6 +38,8 @@ func (r *results) add(s setting, target string, rs roundStats) {
 	}
 	r.rounds[s][target] = append(r.rounds[s][target], rs)
 }
+
+func (r *results) addTwin(s setting, rs roundStats) { r.twin[s] = append(r.twin[s], rs) }
 
 // summary is one target's numbers at one setting, over all its rounds.
 type summary struct {
@@ -150,14 +153,27 @@ func (r *results) write(w io.Writer) {
 				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, alloc, m.broken, m.streams)
 		}
 		fmt.Fprintln(w)
-		if k, ok := sums["kneecap"]; ok {
+		for _, kn := range []string{"kneecap", "kneecap-alt"} {
+			k, ok := sums[kn]
+			if !ok {
+				continue
+			}
 			if k.heapSource != "" && k.heapSource != "pprof-live" {
-				fmt.Fprintf(w, "kneecap's heap came from go_memstats_heap_alloc_bytes (no pprof on its admin port): it includes uncollected garbage, so it overstates the heap per stream\n\n")
+				fmt.Fprintf(w, "%s's heap/stream above comes from go_memstats_heap_alloc_bytes on its /metrics (serve has no pprof): it includes garbage not yet collected, so it overstates the heap a stream holds.\n\n", kn)
+			}
+			if tw, ok := r.twin[s]; ok && kn == "kneecap" {
+				m := summarize(tw)
+				if m.heapSource == "pprof-live" {
+					fmt.Fprintf(w, "kneecap live heap per running stream: **%s** (its twin: the same gateway code with pprof, in a round of its own; %s)\n\n",
+						fmtBytes(m.heapPerStream), twinLine(m))
+				} else {
+					fmt.Fprintf(w, "kneecap twin (the same gateway code with pprof, in a round of its own): %s\n\n", twinLine(m))
+				}
 			}
 			for _, ref := range []string{"revproxy", "nginx"} {
 				if m, ok := sums[ref]; ok && hasDirect {
-					fmt.Fprintf(w, "kneecap / %s: CPU/chunk %.2fx, added p50 %s, added p99 %s\n",
-						ref, ratio(us(k.cpuPerChunk), us(m.cpuPerChunk)),
+					fmt.Fprintf(w, "%s / %s: CPU/chunk %.2fx, added p50 %s, added p99 %s\n",
+						kn, ref, ratio(us(k.cpuPerChunk), us(m.cpuPerChunk)),
 						ratioStr(ms(k.p50-d.p50), ms(m.p50-d.p50)), ratioStr(ms(k.p99-d.p99), ms(m.p99-d.p99)))
 				}
 			}
@@ -169,6 +185,11 @@ func (r *results) write(w io.Writer) {
 			}
 		}
 	}
+}
+
+func twinLine(m summary) string {
+	return fmt.Sprintf("there CPU/chunk %.1f us, TTFC p50 %s, alloc/chunk %.0f B and %.1f allocs, broken %d of %d",
+		us(m.cpuPerChunk), fmtMs(m.p50), m.allocBytes, m.allocObjs, m.broken, m.streams)
 }
 
 func percentile(d []time.Duration, q float64) time.Duration {
@@ -221,7 +242,7 @@ func ratio(a, b float64) float64 {
 // ratioStr formats a/b; added latencies can be near zero or negative, where
 // a ratio means nothing, so those are shown as the two values.
 func ratioStr(a, b float64) string {
-	if b <= 0.05 {
+	if a <= 0.05 || b <= 0.05 {
 		return fmt.Sprintf("%.2f ms vs %.2f ms", a, b)
 	}
 	return fmt.Sprintf("%.2fx (%.2f vs %.2f ms)", a/b, a, b)
