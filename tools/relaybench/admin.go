@@ -17,7 +17,8 @@ import (
 // heapSample is the Go heap of a relay at one moment, and where it came from.
 type heapSample struct {
 	bytes  float64
-	source string // "pprof-live" (after a forced GC: live objects) or "heap_alloc" (includes unswept garbage)
+	stack  float64 // goroutine stacks in use (StackInuse), pprof only
+	source string  // "pprof-live" (after a forced GC: live objects) or "heap_alloc" (includes unswept garbage)
 }
 
 // scrapeHeap reads the Go heap of a kneecap process from its admin listener.
@@ -28,12 +29,13 @@ type heapSample struct {
 func scrapeHeap(ctx context.Context, admin string) heapSample {
 	if body, err := get(ctx, admin+"/debug/pprof/heap?gc=1&debug=1"); err == nil {
 		if v, ok := findValue(body, "# HeapAlloc = "); ok {
-			return heapSample{v, "pprof-live"}
+			st, _ := findValue(body, "# StackInuse = ")
+			return heapSample{bytes: v, stack: st, source: "pprof-live"}
 		}
 	}
 	if body, err := get(ctx, admin+"/metrics"); err == nil {
 		if v, ok := findValue(body, "go_memstats_heap_alloc_bytes "); ok {
-			return heapSample{v, "heap_alloc"}
+			return heapSample{bytes: v, source: "heap_alloc"}
 		}
 	}
 	return heapSample{}

@@ -50,6 +50,7 @@ type summary struct {
 	engPerChunk     time.Duration // engine CPU / chunks delivered
 	peakRSS         int64         // max over rounds
 	heapPerStream   float64       // median over rounds of (heap mid-round - heap before) / streams
+	stackPerStream  float64       // median over rounds of (stacks mid-round - before) / streams
 	heapSource      string
 	allocBytes      float64 // Go relays: bytes allocated per chunk relayed, whole process
 	allocObjs       float64 // and allocations per chunk
@@ -65,7 +66,7 @@ func summarize(rounds []roundStats) summary {
 	var all, e2e []time.Duration
 	var wall time.Duration
 	var cpu, eng time.Duration
-	var heapPS []float64
+	var heapPS, stackPS []float64
 	var allocB, allocN float64
 	var allocEvents int
 	s.reasons = map[string]int{}
@@ -82,6 +83,7 @@ func summarize(rounds []roundStats) summary {
 		s.peakRSS = max(s.peakRSS, rs.peakRSS)
 		if rs.heapMid.source != "" && rs.heapIdle.source == rs.heapMid.source {
 			heapPS = append(heapPS, (rs.heapMid.bytes-rs.heapIdle.bytes)/float64(rs.running))
+			stackPS = append(stackPS, (rs.heapMid.stack-rs.heapIdle.stack)/float64(rs.running))
 			s.heapSource = rs.heapMid.source
 		}
 		if rs.allocs0.ok && rs.allocs1.ok {
@@ -100,6 +102,7 @@ func summarize(rounds []roundStats) summary {
 	}
 	s.cpuPerChunk, s.engPerChunk = perChunk(cpu, s.events), perChunk(eng, s.events)
 	s.heapPerStream = median(heapPS)
+	s.stackPerStream = median(stackPS)
 	if allocEvents > 0 {
 		s.allocBytes, s.allocObjs = allocB/float64(allocEvents), allocN/float64(allocEvents)
 		s.haveAllocs = true
@@ -164,8 +167,8 @@ func (r *results) write(w io.Writer) {
 			if tw, ok := r.twin[s]; ok && kn == "kneecap" {
 				m := summarize(tw)
 				if m.heapSource == "pprof-live" {
-					fmt.Fprintf(w, "kneecap live heap per running stream: **%s** (its twin: the same gateway code with pprof, in a round of its own; %s)\n\n",
-						fmtBytes(m.heapPerStream), twinLine(m))
+					fmt.Fprintf(w, "kneecap live heap per running stream: **%s**, plus %s of goroutine stacks (its twin: the same gateway code with pprof, in a round of its own; %s)\n\n",
+						fmtBytes(m.heapPerStream), fmtBytes(m.stackPerStream), twinLine(m))
 				} else {
 					fmt.Fprintf(w, "kneecap twin (the same gateway code with pprof, in a round of its own): %s\n\n", twinLine(m))
 				}
