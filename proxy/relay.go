@@ -127,7 +127,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	case errors.Is(readErr, wire.ErrEventTooLarge):
 		p.streamError(x, slo.EngineError, reasonEventTooLarge, wire.TypeServer, "the engine sent an event larger than the gateway relays")
 	case readErr != nil && readErr != io.EOF:
-		p.log.Warn("engine stream broke", "err", readErr)
+		x.err = readErr
 		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream broke off")
 	case errEvent:
 		x.fail(slo.EngineError, reasonErrorEvent, 0) // the engine's own error event was relayed

@@ -1,0 +1,44 @@
+// Package sim is a simulated OpenAI-compatible inference engine that
+// generates no real text but schedules and times its work like a
+// continuous-batching engine (vLLM), so that latency gets worse under load
+// the way a real engine's does. It is what tests, demos and benchmarks of
+// the knee run against when there is no GPU.
+//
+// # Overview
+//
+//   - profile.go: [Profile], the engine being simulated (memory limits,
+//     token budget, step costs), the built-in profiles and the calibration
+//     workloads ([Table1Workload], [SecondWorkload]).
+//   - engine.go: the scheduler and step model, pure and clock-free: each
+//     step decodes one token for every running sequence and prefills prompt
+//     chunks under a token budget; max_num_seqs and a KV-cache capacity
+//     bound the batch; the waiting queue is FCFS; when KV runs out the
+//     newest running sequence is preempted and recomputed.
+//   - sim.go: [Sim], [Config] and [Faults]: the scheduler loop [Sim.Run]
+//     that sleeps each step's modelled duration, and the run-time step
+//     factor [Sim.SetStepFactor].
+//   - handler.go, request.go, flavor.go: the HTTP routes ([Sim.Handler]),
+//     request parsing and the prompt-token rule (one token per
+//     whitespace-separated word; token-ID arrays count their length), and
+//     the chunk shapes of each [Flavor], encoded by appending bytes.
+//   - metrics.go: the vllm:* Prometheus series.
+//
+// # Concurrency model
+//
+// One goroutine runs [Sim.Run]: per step it plans under Sim.mu, sleeps
+// once with the standard time package (so testing/synctest virtualizes it),
+// and commits under Sim.mu. Each request is served on its handler's
+// goroutine, which enqueues its sequence under Sim.mu and then waits on the
+// sequence's one-slot channel; the loop publishes tokens to it through
+// atomics, so handlers never take the engine lock per token. The package
+// starts no other goroutines and has no package-level mutable state; when
+// Run returns, every request still in the engine ends with an error.
+//
+// # Ownership
+//
+// The engine state (queues, KV accounting, the random generator) belongs to
+// the Sim and is guarded by Sim.mu; a sequence's scheduler fields belong to
+// the engine, its published token count and state to whoever reads them
+// atomically. The handler owns the response writer. The Prometheus registry
+// is injected through [Config.Registry] (or owned by the Sim when nil).
+package sim

@@ -1,0 +1,274 @@
+package sim
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Stream states of a sequence, as the handler reads them.
+const (
+	stateRunning int32 = iota
+	stateDone          // all output tokens are published
+	stateAborted       // the engine stopped before the sequence finished
+)
+
+// seq is one request inside the engine. The fields above the line belong to
+// the scheduler (read and written under Sim.mu); the atomics below it are
+// how the scheduler hands tokens to the request's handler without a lock.
+type seq struct {
+	prompt  int       // prompt tokens
+	maxOut  int       // output tokens to generate
+	reason  string    // finish_reason once maxOut tokens are out: "length" or "stop"
+	arrival time.Time // when the request arrived (TTFT and E2E count from here)
+
+	target    int // tokens to compute before decoding: the prompt, plus the output so far after a preemption
+	computed  int // tokens whose KV is in the cache
+	alloc     int // KV slots held
+	generated int // output tokens produced
+	firstAt   time.Time
+	lastToken time.Time
+	cancelled bool // the client left; removed at the next step
+	finished  bool
+
+	out   atomic.Int32  // output tokens published to the handler
+	state atomic.Int32  // stateRunning, stateDone, stateAborted
+	ready chan struct{} // capacity 1: "out or state changed"
+}
+
+func newSeq(prompt, maxOut int, reason string, arrival time.Time) *seq {
+	return &seq{prompt: prompt, maxOut: maxOut, reason: reason, arrival: arrival, target: prompt, ready: make(chan struct{}, 1)}
+}
+
+// notify wakes the handler without blocking; one pending wake-up is enough
+// because the handler reads the latest counts when it wakes.
+func (s *seq) notify() {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+}
+
+// work is one sequence's share of a step: n tokens (a prefill chunk, or 1
+// to decode).
+type work struct {
+	s *seq
+	n int
+}
+
+// observer receives what the engine does, for metrics. A nil observer is
+// allowed in tests.
+type observer interface {
+	firstToken(s *seq, now time.Time)
+	token(s *seq, itl time.Duration)
+	finished(s *seq, now time.Time)
+	preempted()
+}
+
+// engine is the continuous-batching scheduler and the step model: pure
+// state, no goroutines, time passed in. Not safe for concurrent use.
+type engine struct {
+	p       Profile
+	obs     observer
+	waiting []*seq // FCFS; preempted sequences go back to the front
+	head    int    // waiting[head:] is the queue
+	running []*seq // in admission order; the last one is preempted first
+	kvUsed  int
+	batch   []work
+
+	steps       int64
+	preemptions int64
+}
+
+func newEngine(p Profile, obs observer) *engine {
+	return &engine{p: p, obs: obs}
+}
+
+func (e *engine) numWaiting() int { return len(e.waiting) - e.head }
+
+func (e *engine) add(s *seq) { e.waiting = append(e.waiting, s) }
+
+func (e *engine) pushFront(s *seq) {
+	if e.head > 0 {
+		e.head--
+		e.waiting[e.head] = s
+		return
+	}
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = s
+}
+
+// sweep drops cancelled sequences and frees their KV slots.
+func (e *engine) sweep() {
+	keep := e.running[:0]
+	for _, s := range e.running {
+		if s.cancelled {
+			e.kvUsed -= s.alloc
+			s.alloc = 0
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(e.running[len(keep):])
+	e.running = keep
+	q := e.waiting[e.head:]
+	kq := q[:0]
+	for _, s := range q {
+		if !s.cancelled {
+			kq = append(kq, s)
+		}
+	}
+	clear(q[len(kq):])
+	e.waiting = e.waiting[:e.head+len(kq)]
+	if e.head > 0 && e.head >= len(e.waiting)/2 {
+		n := copy(e.waiting, e.waiting[e.head:])
+		clear(e.waiting[n:])
+		e.waiting = e.waiting[:n]
+		e.head = 0
+	}
+}
+
+// preemptLast takes the newest running sequence off the batch, frees its KV
+// cache and puts it at the front of the queue, to be recomputed: its prompt
+// and the output it already produced are prefilled again.
+func (e *engine) preemptLast() *seq {
+	v := e.running[len(e.running)-1]
+	e.running[len(e.running)-1] = nil
+	e.running = e.running[:len(e.running)-1]
+	e.kvUsed -= v.alloc
+	v.alloc, v.computed = 0, 0
+	v.target = v.prompt + v.generated
+	e.pushFront(v)
+	e.preemptions++
+	if e.obs != nil {
+		e.obs.preempted()
+	}
+	return v
+}
+
+// schedule plans the next step and returns its modelled duration; ok is
+// false when there is nothing to run. The plan is e.batch, until commit.
+//
+// As vLLM's scheduler: running sequences first, in admission order, each
+// decoding one token or prefilling a chunk within the token budget; when KV
+// cache runs out, the newest running sequence is preempted. Then, if nothing
+// was preempted, waiting sequences are admitted in FCFS order while there is
+// budget, a free sequence slot and KV cache for their whole prompt.
+func (e *engine) schedule() (d time.Duration, ok bool) {
+	e.sweep()
+	e.batch = e.batch[:0]
+	budget := e.p.MaxBatchedTokens
+	preempted := false
+	kvAttended, prefill := 0, 0
+	for i := 0; i < len(e.running) && budget > 0; i++ {
+		s := e.running[i]
+		need := 1
+		if s.computed < s.target {
+			need = min(s.target-s.computed, budget)
+		}
+		for e.kvUsed+need > e.p.KVCacheTokens && i < len(e.running) {
+			e.preemptLast()
+			preempted = true
+		}
+		if i >= len(e.running) { // s itself was preempted
+			break
+		}
+		s.alloc += need
+		e.kvUsed += need
+		budget -= need
+		if s.computed < s.target {
+			prefill += need
+		}
+		kvAttended += s.computed + need
+		e.batch = append(e.batch, work{s, need})
+	}
+	for !preempted && budget > 0 && e.numWaiting() > 0 && len(e.running) < e.p.MaxNumSeqs {
+		s := e.waiting[e.head]
+		if e.kvUsed+s.target > e.p.KVCacheTokens {
+			break // FCFS: the head waits for memory, and so does everyone behind it
+		}
+		e.waiting[e.head] = nil
+		e.head++
+		need := min(s.target, budget)
+		s.alloc += need
+		e.kvUsed += need
+		budget -= need
+		prefill += need
+		kvAttended += need
+		e.running = append(e.running, s)
+		e.batch = append(e.batch, work{s, need})
+	}
+	if len(e.batch) == 0 {
+		return 0, false
+	}
+	return e.p.StepTime(len(e.batch), kvAttended, prefill), true
+}
+
+// commit applies the planned step at now: prefill chunks become KV cache, a
+// sequence whose prefill completes and every decoding sequence produce one
+// token, and finished sequences leave the batch.
+func (e *engine) commit(now time.Time) {
+	e.steps++
+	anyDone := false
+	for _, w := range e.batch {
+		s := w.s
+		if s.cancelled {
+			continue
+		}
+		s.computed += w.n
+		if s.computed < s.target {
+			continue // a prefill chunk that is not the last
+		}
+		s.generated++
+		if s.generated == 1 {
+			s.firstAt = now
+			if e.obs != nil {
+				e.obs.firstToken(s, now)
+			}
+		} else if e.obs != nil {
+			e.obs.token(s, now.Sub(s.lastToken))
+		}
+		s.lastToken = now
+		s.out.Store(int32(s.generated))
+		if s.generated >= s.maxOut {
+			s.finished = true
+			anyDone = true
+			if e.obs != nil {
+				e.obs.finished(s, now)
+			}
+			s.state.Store(stateDone)
+		}
+		s.notify()
+	}
+	clear(e.batch)
+	e.batch = e.batch[:0]
+	if anyDone {
+		keep := e.running[:0]
+		for _, s := range e.running {
+			if s.finished {
+				e.kvUsed -= s.alloc
+				s.alloc = 0
+				continue
+			}
+			keep = append(keep, s)
+		}
+		clear(e.running[len(keep):])
+		e.running = keep
+	}
+}
+
+// abortAll ends every sequence in the engine; their handlers report an error.
+func (e *engine) abortAll() {
+	for _, s := range e.running {
+		s.state.Store(stateAborted)
+		s.notify()
+	}
+	for _, s := range e.waiting[e.head:] {
+		s.state.Store(stateAborted)
+		s.notify()
+	}
+	clear(e.running)
+	e.running = e.running[:0]
+	clear(e.waiting)
+	e.waiting, e.head, e.kvUsed = e.waiting[:0], 0, 0
+}

@@ -1,0 +1,165 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Profile is the engine being simulated: its memory limits, its scheduler
+// budget and the cost of one step. A step that schedules n sequences, attends
+// to kv tokens of KV cache and prefills p prompt tokens takes
+//
+//	StepBase + n*StepPerSeq + kv*StepPerKVToken + p*StepPerPrefillToken
+//
+// times the run-time step factor ([Sim.SetStepFactor]), divided by the time
+// scale. StepBase is reading the weights once (bound by memory bandwidth);
+// StepPerSeq and StepPerKVToken are what each sequence adds (for a
+// mixture-of-experts model, the extra experts its token activates, and its KV
+// cache); StepPerPrefillToken is the compute of a prompt token.
+type Profile struct {
+	// Name is the profile's name (--profile).
+	Name string
+	// Model is the served model name, as /v1/models reports it.
+	Model string
+
+	// MaxNumSeqs is the most sequences running at once (vLLM's
+	// max_num_seqs); the rest wait in the engine's FCFS queue.
+	MaxNumSeqs int
+	// KVCacheTokens is the KV-cache capacity in tokens. When a running
+	// sequence needs a slot and none is free, the newest running sequence
+	// is preempted and later recomputed.
+	KVCacheTokens int
+	// MaxBatchedTokens is the per-step token budget (vLLM's
+	// max_num_batched_tokens): one per decoding sequence, the rest for
+	// chunked prefill.
+	MaxBatchedTokens int
+	// MaxModelLen bounds prompt plus output tokens of one request; it is
+	// also the default for max_tokens (minus the prompt).
+	MaxModelLen int
+
+	StepBase            time.Duration
+	StepPerSeq          time.Duration
+	StepPerKVToken      time.Duration
+	StepPerPrefillToken time.Duration
+
+	// MeanOutputTokens is the mean of the output length drawn (exponential,
+	// seeded, capped by max_tokens, at least 1) when a request does not set
+	// ignore_eos.
+	MeanOutputTokens int
+}
+
+// Validate reports the first parameter that cannot work.
+func (p Profile) Validate() error {
+	switch {
+	case p.MaxNumSeqs < 1:
+		return errors.New("max_num_seqs must be at least 1")
+	case p.MaxModelLen < 2:
+		return errors.New("max_model_len must be at least 2")
+	case p.KVCacheTokens < p.MaxModelLen:
+		return fmt.Errorf("kv_cache_tokens (%d) must hold one sequence of max_model_len (%d)", p.KVCacheTokens, p.MaxModelLen)
+	case p.MaxBatchedTokens < 1:
+		return errors.New("max_batched_tokens must be at least 1")
+	case p.StepBase < 0 || p.StepPerSeq < 0 || p.StepPerKVToken < 0 || p.StepPerPrefillToken < 0:
+		return errors.New("step costs must not be negative")
+	case p.StepBase+p.StepPerSeq <= 0:
+		return errors.New("a step must take some time: step_base + step_per_seq > 0")
+	case p.MeanOutputTokens < 1:
+		return errors.New("mean_output_tokens must be at least 1")
+	}
+	return nil
+}
+
+// StepTime is the modelled duration of one step, before the step factor and
+// the time scale.
+func (p Profile) StepTime(seqs, kvTokens, prefillTokens int) time.Duration {
+	return p.StepBase + time.Duration(seqs)*p.StepPerSeq +
+		time.Duration(kvTokens)*p.StepPerKVToken +
+		time.Duration(prefillTokens)*p.StepPerPrefillToken
+}
+
+// The built-in profiles. Their parameters are derived in docs/sim.md.
+var (
+	// GB10BF16 is Qwen3-30B-A3B in BF16 on an NVIDIA GB10 (the brief's
+	// measurements). A mixture-of-experts model: each sequence in the batch
+	// activates other experts, so a step's cost grows steeply with the batch.
+	GB10BF16 = Profile{
+		Name: "gb10-bf16", Model: "Qwen/Qwen3-30B-A3B",
+		MaxNumSeqs: 4096, KVCacheTokens: 500_000, MaxBatchedTokens: 8192, MaxModelLen: 40960,
+		StepBase: 1800 * time.Microsecond, StepPerSeq: 2200 * time.Microsecond,
+		StepPerKVToken: 359 * time.Nanosecond, StepPerPrefillToken: 158 * time.Microsecond,
+		MeanOutputTokens: 256,
+	}
+	// GB10FP8 is the same model in FP8: half the weight bytes per step.
+	GB10FP8 = Profile{
+		Name: "gb10-fp8", Model: "Qwen/Qwen3-30B-A3B-FP8",
+		MaxNumSeqs: 4096, KVCacheTokens: 800_000, MaxBatchedTokens: 8192, MaxModelLen: 40960,
+		StepBase: 1000 * time.Microsecond, StepPerSeq: 1100 * time.Microsecond,
+		StepPerKVToken: 359 * time.Nanosecond, StepPerPrefillToken: 100 * time.Microsecond,
+		MeanOutputTokens: 256,
+	}
+	// L48B is an 8B dense model in BF16 on an NVIDIA L4: one decode step
+	// reads 16.41 GB at 300 GB/s (54.7 ms at least; 60.16 ms measured at
+	// batch 1), and each token of KV cache adds 128 KiB read per step.
+	L48B = Profile{
+		Name: "l4-8b", Model: "meta-llama/Llama-3.1-8B-Instruct",
+		MaxNumSeqs: 256, KVCacheTokens: 28_000, MaxBatchedTokens: 2048, MaxModelLen: 8192,
+		StepBase: 59_500 * time.Microsecond, StepPerSeq: 200 * time.Microsecond,
+		StepPerKVToken: 437 * time.Nanosecond, StepPerPrefillToken: 250 * time.Microsecond,
+		MeanOutputTokens: 256,
+	}
+	// Tiny is a fast engine for unit tests: 1 ms steps, 8 sequences.
+	Tiny = Profile{
+		Name: "tiny", Model: "kneecap/tiny",
+		MaxNumSeqs: 8, KVCacheTokens: 4096, MaxBatchedTokens: 512, MaxModelLen: 2048,
+		StepBase: time.Millisecond, StepPerSeq: 50 * time.Microsecond,
+		StepPerKVToken: 0, StepPerPrefillToken: 2 * time.Microsecond,
+		MeanOutputTokens: 16,
+	}
+)
+
+// Profiles returns the built-in profiles by name. The map is new on each
+// call; changing it changes nothing else.
+func Profiles() map[string]Profile {
+	m := map[string]Profile{}
+	for _, p := range []Profile{GB10BF16, GB10FP8, L48B, Tiny} {
+		m[p.Name] = p
+	}
+	return m
+}
+
+// ProfileNames lists the built-in profiles, sorted.
+func ProfileNames() []string {
+	var names []string
+	for n := range Profiles() {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// LookupProfile returns the built-in profile of that name.
+func LookupProfile(name string) (Profile, error) {
+	p, ok := Profiles()[name]
+	if !ok {
+		return Profile{}, fmt.Errorf("unknown profile %q (have %v)", name, ProfileNames())
+	}
+	return p, nil
+}
+
+// Workload is a fixed-length request mix: every request has PromptTokens
+// prompt tokens and asks for OutputTokens with ignore_eos.
+type Workload struct {
+	PromptTokens int
+	OutputTokens int
+}
+
+var (
+	// Table1Workload is the brief's first table: about 1000 prompt and 120
+	// output tokens, closed loop.
+	Table1Workload = Workload{PromptTokens: 1000, OutputTokens: 120}
+	// SecondWorkload is the workload this simulator documents for the
+	// brief's second table (targets TTFT 1 s, TPOT 100 ms); see docs/sim.md.
+	SecondWorkload = Workload{PromptTokens: 3000, OutputTokens: 200}
+)

@@ -1,0 +1,152 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// genRequest is what the simulator reads from a generation request.
+type genRequest struct {
+	Model    string `json:"model"`
+	Messages []struct {
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+	Prompt        json.RawMessage `json:"prompt"`
+	Stream        bool            `json:"stream"`
+	StreamOptions *struct {
+		IncludeUsage bool `json:"include_usage"`
+	} `json:"stream_options"`
+	MaxTokens           *int `json:"max_tokens"`
+	MaxCompletionTokens *int `json:"max_completion_tokens"`
+	IgnoreEOS           bool `json:"ignore_eos"`
+	N                   *int `json:"n"`
+}
+
+// countWords counts whitespace-separated words: the simulator's tokenizer.
+func countWords(s string) int {
+	n, in := 0, false
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '\t', '\n', '\r', '\v', '\f':
+			in = false
+		default:
+			if !in {
+				n++
+			}
+			in = true
+		}
+	}
+	return n
+}
+
+// contentWords counts the words of a chat message's content: a string, or
+// an array of parts whose "text" fields count.
+func contentWords(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return countWords(s), nil
+	}
+	var parts []struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return 0, errors.New("message content must be a string or an array of parts")
+	}
+	n := 0
+	for _, p := range parts {
+		n += countWords(p.Text)
+	}
+	return n, nil
+}
+
+// promptTokens counts a completion prompt: a string counts its words, an
+// array of token IDs its length; a batch of one of either is accepted.
+func promptTokens(raw json.RawMessage) (int, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, errors.New("prompt is required")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return countWords(s), nil
+	}
+	var ids []int
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		return len(ids), nil
+	}
+	var strs []string
+	if err := json.Unmarshal(raw, &strs); err == nil && len(strs) == 1 {
+		return countWords(strs[0]), nil
+	}
+	var idLists [][]int
+	if err := json.Unmarshal(raw, &idLists); err == nil && len(idLists) == 1 {
+		return len(idLists[0]), nil
+	}
+	return 0, errors.New("prompt must be a string or an array of token IDs (batches are not supported)")
+}
+
+// parsed is a validated generation request.
+type parsed struct {
+	prompt       int
+	maxTokens    int
+	ignoreEOS    bool
+	stream       bool
+	includeUsage bool
+}
+
+// parseGen reads and validates a request against the profile's limits, as
+// vLLM does: the prompt plus max_tokens must fit max_model_len.
+func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
+	var r genRequest
+	if err := json.Unmarshal(body, &r); err != nil {
+		return parsed{}, fmt.Errorf("invalid JSON body: %w", err)
+	}
+	if r.N != nil && *r.N != 1 {
+		return parsed{}, errors.New("only n=1 is supported")
+	}
+	out := parsed{ignoreEOS: r.IgnoreEOS, stream: r.Stream}
+	out.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+	if chat {
+		if len(r.Messages) == 0 {
+			return parsed{}, errors.New("messages must be a non-empty array")
+		}
+		for _, m := range r.Messages {
+			n, err := contentWords(m.Content)
+			if err != nil {
+				return parsed{}, err
+			}
+			out.prompt += n
+		}
+	} else {
+		n, err := promptTokens(r.Prompt)
+		if err != nil {
+			return parsed{}, err
+		}
+		out.prompt = n
+	}
+	// An empty prompt still costs the engine a token (BOS).
+	out.prompt = max(out.prompt, 1)
+	if out.prompt >= p.MaxModelLen {
+		return parsed{}, fmt.Errorf("this model's maximum context length is %d tokens, but the prompt has %d", p.MaxModelLen, out.prompt)
+	}
+	mt := r.MaxCompletionTokens
+	if mt == nil {
+		mt = r.MaxTokens
+	}
+	if mt == nil {
+		out.maxTokens = p.MaxModelLen - out.prompt
+	} else {
+		out.maxTokens = *mt
+	}
+	if out.maxTokens < 1 {
+		return parsed{}, errors.New("max_tokens must be at least 1")
+	}
+	if out.prompt+out.maxTokens > p.MaxModelLen {
+		return parsed{}, fmt.Errorf("this model's maximum context length is %d tokens; you requested %d (%d in the prompt, %d for the completion)",
+			p.MaxModelLen, out.prompt+out.maxTokens, out.prompt, out.maxTokens)
+	}
+	return out, nil
+}
