@@ -17,28 +17,26 @@ import (
 // heapSample is the Go heap of a relay at one moment, and where it came from.
 type heapSample struct {
 	bytes  float64
-	stack  float64 // goroutine stacks in use (StackInuse), pprof only
-	source string  // "pprof-live" (after a forced GC: live objects) or "heap_alloc" (includes unswept garbage)
+	stack  float64 // goroutine stacks in use (StackInuse)
+	source string  // "pprof-live" (after a forced GC: live objects); empty if unknown
 }
 
-// scrapeHeap reads the Go heap of a kneecap process from its admin listener.
-// It prefers /debug/pprof/heap?gc=1, which runs a GC first, so HeapAlloc is
-// the live heap; without pprof it falls back to the Prometheus Go collector's
-// go_memstats_heap_alloc_bytes, which also counts garbage not yet collected
-// and so overstates the heap a stream holds.
+// scrapeHeap reads the live Go heap of a relay from its pprof listener:
+// /debug/pprof/heap?gc=1 runs a GC first, so HeapAlloc is the live heap.
+// (go_memstats_heap_alloc_bytes on a /metrics page would also count the
+// garbage not yet collected, which at these allocation rates is larger than
+// what the streams hold, so it is not used.)
 func scrapeHeap(ctx context.Context, admin string) heapSample {
-	if body, err := get(ctx, admin+"/debug/pprof/heap?gc=1&debug=1"); err == nil {
-		if v, ok := findValue(body, "# HeapAlloc = "); ok {
-			st, _ := findValue(body, "# StackInuse = ")
-			return heapSample{bytes: v, stack: st, source: "pprof-live"}
-		}
+	body, err := get(ctx, admin+"/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return heapSample{}
 	}
-	if body, err := get(ctx, admin+"/metrics"); err == nil {
-		if v, ok := findValue(body, "go_memstats_heap_alloc_bytes "); ok {
-			return heapSample{bytes: v, source: "heap_alloc"}
-		}
+	v, ok := findValue(body, "# HeapAlloc = ")
+	if !ok {
+		return heapSample{}
 	}
-	return heapSample{}
+	st, _ := findValue(body, "# Stack = ") // "# Stack = StackInuse / StackSys"
+	return heapSample{bytes: v, stack: st, source: "pprof-live"}
 }
 
 // allocCounters are a Go process's cumulative allocation counters.
@@ -82,14 +80,18 @@ func get(ctx context.Context, url string) (string, error) {
 	return string(b), nil
 }
 
-// findValue returns the number after prefix on the first line that starts
-// with it.
+// findValue returns the first number after prefix on the first line that
+// starts with it.
 func findValue(body, prefix string) (float64, bool) {
 	sc := bufio.NewScanner(strings.NewReader(body))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), prefix); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			f := strings.Fields(rest)
+			if len(f) == 0 {
+				return 0, false
+			}
+			v, err := strconv.ParseFloat(f[0], 64)
 			return v, err == nil
 		}
 	}

@@ -269,6 +269,8 @@ type roundStats struct {
 	allocs0   allocCounters // Go relays: allocation counters before the round
 	allocs1   allocCounters // and after
 	running   int           // concurrent streams (the heap's divisor)
+	sysR      int64         // read-like system calls of the relay during the round
+	sysW      int64         // write-like system calls
 	wall      time.Duration
 }
 
@@ -298,11 +300,14 @@ func measureRound(ctx context.Context, t *target, engine *child, w workload) (ro
 	}
 	rs.idleRSS = t.proc.rss()
 	cpu0, ecpu0 := t.proc.cpu(), engine.cpu()
+	r0, w0 := t.proc.syscalls()
 	t0 := time.Now()
 	results := runRound(ctx, t.client, t.base, w)
 	rs.wall = time.Since(t0)
 	rs.heapMid = <-midc
 	rs.cpu, rs.engineCPU = t.proc.cpu()-cpu0, engine.cpu()-ecpu0
+	r1, w1 := t.proc.syscalls()
+	rs.sysR, rs.sysW = r1-r0, w1-w0
 	rs.peakRSS = t.proc.peakRSS()
 	if t.adminURL != "" {
 		rs.allocs1 = scrapeAllocs(ctx, t.adminURL)

@@ -79,6 +79,28 @@ func (c *child) cpu() time.Duration {
 	return sum
 }
 
+// syscalls returns the read-like and write-like system calls made so far by
+// the child and its running children (/proc/PID/io syscr and syscw).
+func (c *child) syscalls() (r, w int64) {
+	for _, pid := range c.pids() {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscr: "); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				r += n
+			}
+			if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				w += n
+			}
+		}
+	}
+	return r, w
+}
+
 // resetPeakRSS resets the kernel's peak-RSS mark (VmHWM) of every process of
 // the child, so that peakRSS reports the peak since this call.
 func (c *child) resetPeakRSS() error {

@@ -55,6 +55,7 @@ type summary struct {
 	allocBytes      float64 // Go relays: bytes allocated per chunk relayed, whole process
 	allocObjs       float64 // and allocations per chunk
 	haveAllocs      bool
+	sysR, sysW      float64 // read-like and write-like system calls per chunk
 	broken, streams int
 	events          int
 	reasons         map[string]int
@@ -78,6 +79,8 @@ func summarize(rounds []roundStats) summary {
 		cpu += rs.cpu
 		eng += rs.engineCPU
 		s.events += rs.events
+		s.sysR += float64(rs.sysR)
+		s.sysW += float64(rs.sysW)
 		s.broken += rs.broken
 		s.streams += rs.streams
 		s.peakRSS = max(s.peakRSS, rs.peakRSS)
@@ -101,6 +104,9 @@ func summarize(rounds []roundStats) summary {
 		s.rate = float64(s.events) / wall.Seconds()
 	}
 	s.cpuPerChunk, s.engPerChunk = perChunk(cpu, s.events), perChunk(eng, s.events)
+	if s.events > 0 {
+		s.sysR, s.sysW = s.sysR/float64(s.events), s.sysW/float64(s.events)
+	}
 	s.heapPerStream = median(heapPS)
 	s.stackPerStream = median(stackPS)
 	if allocEvents > 0 {
@@ -121,12 +127,12 @@ func (r *results) write(w io.Writer) {
 		c.chunks, c.unpacedTotal)
 	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: all streams start within the paced interval, one each\n")
 	fmt.Fprintf(w, "- TTFC: client request start to the first output chunk's bytes, warm keep-alive connections; added = relay's percentile minus direct's, pooled over rounds; E2E: request start to the stream's end\n")
-	fmt.Fprintf(w, "- CPU/chunk: the relay's processes' user+sys CPU during its rounds (/proc/PID/stat, 10 ms ticks) / SSE events delivered to the client; direct: the engine's\n")
+	fmt.Fprintf(w, "- CPU/chunk: the relay's processes' user+sys CPU during its rounds (/proc/PID/stat, 10 ms ticks) / SSE events delivered to the client; direct: the engine's. syscalls/chunk: read-like + write-like system calls of the relay (/proc/PID/io syscr, syscw) / chunks\n")
 	fmt.Fprintf(w, "- peak RSS: max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed). heap/stream (Go relays with pprof): median over paced rounds of (live heap with every stream running - live heap before the round) / streams, live heap = HeapAlloc right after a GC forced by /debug/pprof/heap?gc=1. alloc/chunk: the Go relay's TotalAlloc and Mallocs over its rounds / chunks delivered\n\n")
 	for _, s := range r.settings {
 		fmt.Fprintf(w, "## %s\n\n", s)
-		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | heap/stream | alloc/chunk | broken |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| relay | TTFC p50 | TTFC p99 | added p50 | added p99 | added p50 per round | CPU/chunk | syscalls/chunk (r+w) | engine CPU/chunk | chunks/s | E2E p50 | E2E p99 | peak RSS | heap/stream | alloc/chunk | broken |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		sums := map[string]summary{}
 		for _, t := range r.targets {
 			sums[t] = summarize(r.rounds[s][t])
@@ -151,18 +157,15 @@ func (r *results) write(w io.Writer) {
 			if m.haveAllocs {
 				alloc = fmt.Sprintf("%.0f B, %.1f allocs", m.allocBytes, m.allocObjs)
 			}
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f us | %.1f us | %.0f | %s | %s | %s | %s | %s | %d of %d |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.1f us | %.2f+%.2f | %.1f us | %.0f | %s | %s | %s | %s | %s | %d of %d |\n",
 				t, fmtMs(m.p50), fmtMs(m.p99), added50, added99, perRound,
-				us(m.cpuPerChunk), us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, alloc, m.broken, m.streams)
+				us(m.cpuPerChunk), m.sysR, m.sysW, us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, alloc, m.broken, m.streams)
 		}
 		fmt.Fprintln(w)
 		for _, kn := range []string{"kneecap", "kneecap-alt"} {
 			k, ok := sums[kn]
 			if !ok {
 				continue
-			}
-			if k.heapSource != "" && k.heapSource != "pprof-live" {
-				fmt.Fprintf(w, "%s's heap/stream above comes from go_memstats_heap_alloc_bytes on its /metrics (serve has no pprof): it includes garbage not yet collected, so it overstates the heap a stream holds.\n\n", kn)
 			}
 			if tw, ok := r.twin[s]; ok && kn == "kneecap" {
 				m := summarize(tw)
