@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// TestStreamThroughEngine runs the load client against the engine: every
+// stream complete, its chunks counted, paced and unpaced.
+func TestStreamThroughEngine(t *testing.T) {
+	srv := httptest.NewServer(engineHandler())
+	defer srv.Close()
+	tr := newClientTransport()
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	for _, tc := range []struct {
+		name string
+		w    workload
+	}{
+		{"paced", workload{streams: 3, perWorker: 2, steadyFrom: 1, chunks: 5, interval: 2 * time.Millisecond, stagger: 10 * time.Millisecond, timeout: 10 * time.Second}},
+		{"unpaced", workload{streams: 4, perWorker: 1, chunks: 50, stagger: time.Millisecond, timeout: 10 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runRound(context.Background(), client, srv.URL, tc.w)
+			if len(res) != tc.w.streams*tc.w.perWorker {
+				t.Fatalf("%d results, want %d", len(res), tc.w.streams*tc.w.perWorker)
+			}
+			steady := 0
+			for _, r := range res {
+				if r.broken {
+					t.Errorf("broken stream: %s", r.reason)
+				}
+				// chunks + finish + usage + [DONE]
+				if r.events != tc.w.chunks+3 {
+					t.Errorf("%d events, want %d", r.events, tc.w.chunks+3)
+				}
+				if r.ttfc <= 0 || r.e2e < r.ttfc {
+					t.Errorf("ttfc %v, e2e %v", r.ttfc, r.e2e)
+				}
+				if r.steady {
+					steady++
+				}
+			}
+			if want := tc.w.streams * (tc.w.perWorker - tc.w.steadyFrom); steady != want {
+				t.Errorf("%d steady streams, want %d", steady, want)
+			}
+		})
+	}
+}
+
+// TestBrokenStreams: a stream that stops before [DONE], a non-200 answer,
+// and an unreachable relay all count as broken.
+func TestBrokenStreams(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if r.Header.Get(hdrChunks) == "2" {
+			http.Error(w, "no", http.StatusTooManyRequests)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(chunkBytes) // then ends without [DONE]
+	}))
+	tr := newClientTransport()
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	w := workload{streams: 1, perWorker: 1, chunks: 1, timeout: 5 * time.Second}
+	for _, tc := range []struct {
+		name, base, reason string
+		chunks             int
+	}{
+		{"cut short", srv.URL, "no [DONE]", 1},
+		{"status", srv.URL, "status 429", 2},
+	} {
+		w.chunks = tc.chunks
+		r := oneStream(context.Background(), client, tc.base, w)
+		if !r.broken || r.reason != tc.reason {
+			t.Errorf("%s: broken %v reason %q, want %q", tc.name, r.broken, r.reason, tc.reason)
+		}
+	}
+	srv.Close()
+	if r := oneStream(context.Background(), client, srv.URL, w); !r.broken || !strings.HasPrefix(r.reason, "request:") {
+		t.Errorf("unreachable: broken %v reason %q", r.broken, r.reason)
+	}
+}
+
+func TestReadStat(t *testing.T) {
+	st, err := readStat(os.Getpid())
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	if st.ppid != os.Getppid() {
+		t.Errorf("ppid %d, want %d", st.ppid, os.Getppid())
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	d := []time.Duration{5, 1, 4, 2, 3}
+	for _, tc := range []struct {
+		q    float64
+		want time.Duration
+	}{{0.5, 3}, {0.99, 5}, {0.2, 1}, {0, 1}} {
+		if got := percentile(d, tc.q); got != tc.want {
+			t.Errorf("percentile(%v) = %v, want %v", tc.q, got, tc.want)
+		}
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing is not 0")
+	}
+}
+
+func TestFindValue(t *testing.T) {
+	body := "heap profile: ...\n# runtime.MemStats\n# Alloc = 1\n# HeapAlloc = 12345\n# StackInuse = 65536\n"
+	if v, ok := findValue(body, "# HeapAlloc = "); !ok || v != 12345 {
+		t.Errorf("HeapAlloc %v %v", v, ok)
+	}
+	if _, ok := findValue(body, "# Mallocs = "); ok {
+		t.Error("found a missing field")
+	}
+}
