@@ -163,6 +163,18 @@ func BenchmarkWindowAddITL(b *testing.B) {
 	}
 }
 
+// BenchmarkWindowAddITLParallel is the gateway's case: every relay adds one
+// gap per output chunk, from as many goroutines as there are streams.
+func BenchmarkWindowAddITLParallel(b *testing.B) {
+	t0 := time.Now()
+	w := NewWindow(time.Minute, t0)
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			w.AddITL(t0.Add(time.Duration(i)*time.Microsecond), 20*ms)
+		}
+	})
+}
+
 // FuzzWithHeaders checks that any header value either applies exactly (a
 // whole number of milliseconds within bounds) or is refused leaving the
 // targets unchanged.

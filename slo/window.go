@@ -2,6 +2,7 @@ package slo
 
 import (
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -83,6 +84,20 @@ type Window struct {
 
 	mu      sync.Mutex
 	buckets [buckets]bucket
+
+	// itl holds the ITL gaps in shards of their own, each with its own
+	// lock: one gap per output chunk of every stream would otherwise
+	// serialize every relay on mu.
+	itl [itlShards]itlShard
+}
+
+const itlShards = 16
+
+type itlShard struct {
+	mu     sync.Mutex
+	epochs [buckets]int64
+	sk     [buckets]*ddsketch.DDSketch
+	_      [64]byte // keep shards on separate cache lines
 }
 
 func newSketch() *ddsketch.DDSketch {
@@ -101,6 +116,12 @@ func NewWindow(length time.Duration, origin time.Time) *Window {
 		length = time.Minute
 	}
 	w := &Window{width: max(length/buckets, 1), origin: origin}
+	for i := range w.itl {
+		for j := range w.itl[i].sk {
+			w.itl[i].epochs[j] = -1
+			w.itl[i].sk[j] = newSketch()
+		}
+	}
 	for i := range w.buckets {
 		w.buckets[i].epoch = -1
 		for d := range w.buckets[i].sketches {
@@ -142,9 +163,16 @@ func seconds(d time.Duration) float64 { return max(d.Seconds(), 0) }
 
 // AddITL records one gap between successive output chunks.
 func (w *Window) AddITL(now time.Time, gap time.Duration) {
-	w.mu.Lock()
-	_ = w.bucketLocked(now).sketches[dITL].Add(seconds(gap))
-	w.mu.Unlock()
+	e := w.epoch(now)
+	sh := &w.itl[rand.Uint32()%itlShards]
+	sh.mu.Lock()
+	i := e % buckets
+	if sh.epochs[i] != e {
+		sh.sk[i].Clear()
+		sh.epochs[i] = e
+	}
+	_ = sh.sk[i].Add(seconds(gap))
+	sh.mu.Unlock()
 }
 
 // Add records a finished request. Its ITL gaps are not in the record; they
@@ -217,6 +245,16 @@ func (w *Window) Stats(now time.Time) Stats {
 		}
 	}
 	w.mu.Unlock()
+	for i := range w.itl {
+		sh := &w.itl[i]
+		sh.mu.Lock()
+		for j, e := range sh.epochs {
+			if e >= oldest && e <= cur && e >= 0 {
+				_ = merged[dITL].MergeWith(sh.sk[j])
+			}
+		}
+		sh.mu.Unlock()
+	}
 
 	start := w.origin.Add(time.Duration(max(oldest, 0)) * w.width)
 	s.Span = max(now.Sub(start), time.Second) // no rate spikes in the first instants
