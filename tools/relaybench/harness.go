@@ -160,9 +160,10 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			if name == "kneecap-alt" {
 				break
 			}
-			// The twin: the same gateway code with pprof, for the live heap
-			// and the profiles (serve has no pprof); measured in rounds of
-			// its own, never in the rotation.
+			// The twin: the same gateway code with pprof (and, as in serve,
+			// the adaptive controller), for the live heap and the profiles
+			// (serve has no pprof); measured in rounds of its own, never in
+			// the rotation.
 			taddr, err := freePort()
 			if err != nil {
 				return err
