@@ -35,6 +35,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		done        bool // saw [DONE] or a finish_reason
 		errEvent    bool
 		readErr     error
+		// Observations wait here until their chunks are flushed to the
+		// client, so that no observer can delay a client; they keep the
+		// time each chunk arrived.
+		firstObs     FirstChunk
+		haveFirstObs bool
+		chunkObs     = make([]Chunk, 0, 8)
 	)
 	// Flush when the reader holds no further event that already arrived:
 	// each event still reaches the client as soon as it arrived, but events
@@ -73,12 +79,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 							timer.Stop()
 						}
 						rec.TTFT, rec.EngineTTFT = now.Sub(rec.Arrival), now.Sub(x.forwarded)
-						p.obs.FirstChunk(FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
-							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets})
+						firstObs, haveFirstObs = FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
+							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, true
 					} else {
 						gap := now.Sub(last)
 						rec.MaxITL = max(rec.MaxITL, gap)
-						p.obs.Chunk(Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
+						chunkObs = append(chunkObs, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
 					}
 					last = now
 				}
@@ -91,16 +97,22 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			}
 			dirty = true
 		}
-		if dirty && consumed == src.n {
+		// Flush once the reader holds no event that already arrived, or
+		// when the queue of observations waiting for a flush is full.
+		if dirty && (consumed == src.n || len(chunkObs) == cap(chunkObs)) {
 			dirty = false
 			if err := rc.Flush(); err != nil {
 				clientGone = true
 			}
 		}
+		if !dirty {
+			p.observe(&firstObs, &haveFirstObs, &chunkObs)
+		}
 	}
 	if dirty && !clientGone {
 		_ = rc.Flush()
 	}
+	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()
 
 	if haveUsage {
@@ -135,6 +147,19 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		// Ended cleanly but with neither [DONE] nor a finish_reason: cut short.
 		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream ended early")
 	}
+}
+
+// observe delivers the observations of chunks that have been flushed to the
+// client, and empties the queue (keeping its storage).
+func (p *Proxy) observe(first *FirstChunk, haveFirst *bool, chunks *[]Chunk) {
+	if *haveFirst {
+		p.obs.FirstChunk(*first)
+		*haveFirst = false
+	}
+	for _, c := range *chunks {
+		p.obs.Chunk(c)
+	}
+	*chunks = (*chunks)[:0]
 }
 
 // streamError records a failure after the headers were sent and tells the
