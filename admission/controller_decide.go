@@ -100,11 +100,10 @@ func (c *Controller) best(classes []class, thr float64) int {
 //     holds still while its attainment lies in [P, P + 0.04)) and there is
 //     demand: requests queued or refused, or the engine within
 //     max(1, cap/8) of the cap;
-//   - probe one above the cap, at most once per Memory, when there is
-//     demand, the cap meets the shrunk targets, and the level above has no
-//     recent samples
-//     (the model cannot know it: with one level measured, it extrapolates
-//     proportionally, which is conservative);
+//   - probe one above the cap when there is demand, the cap meets the
+//     shrunk targets, the model rests on one level and the level above has
+//     no recent samples (the model cannot know it: from one level it
+//     extrapolates proportionally, which predicts no gain in throughput);
 //   - otherwise hold.
 //
 // A level the cap was lowered from is barred from raises for 30s, doubling
@@ -131,6 +130,15 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	old := c.cap
 	// Each change waits for measurements at the level it left behind.
 	settled := now.Sub(c.changedAt) >= settleTime
+	// The goodput-best level among those that meet the targets: the
+	// smallest within goodputSlack of the best (where goodput is flat, the
+	// smaller cap leaves the targets more margin).
+	gBest, gMax := c.goodputBest(classes, min(down, c.cap), down)
+	gCap := c.goodput(classes, c.cap)
+	// Raise towards the goodput-best level up to up, if it beats the cap by
+	// more than the slack.
+	target, gT := c.goodputBest(classes, c.cap+1, up)
+	raise := up > c.cap && demand && settled && c.mayRaiseTo(now, c.cap+1) && gT > (1+goodputSlack)*gCap
 	switch {
 	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down && settled:
 		step := 1
@@ -144,8 +152,12 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
 			old, c.cap, old, c.attainment(c.targetsOf(slo.Targets{}))[old], c.cfg.Percentile,
 			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
-	case up > c.cap && demand && settled && c.mayRaiseTo(now, c.cap+1):
-		c.cap = min(up, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
+	case gBest < c.cap && gCap < (1-goodputSlack)*gMax && settled:
+		c.cap--
+		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
+			old, c.cap, gCap, old, gMax, gBest)
+	case raise:
+		c.cap = min(target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
 		for n := old + 2; n <= c.cap; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1
@@ -153,11 +165,10 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 			}
 		}
 		p := c.predict(c.cap)
-		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
+		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), goodput %.3f req/s vs %.3f at %d; target level %d",
 			old, c.cap, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
-			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), up)
-
-	case demand && up >= c.cap && settled && c.shouldProbe() && now.Sub(c.lastProbe) >= c.cfg.Memory:
+			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), gT, gCap, old, target)
+	case demand && up >= c.cap && settled && c.shouldProbe():
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
 		c.lastProbe = now
@@ -166,6 +177,51 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+// goodputSlack is the relative difference of predicted goodput below which
+// two levels count as equal: the cap moves for goodput only when the gain
+// exceeds it (hysteresis), and of equals the smaller level is chosen.
+const goodputSlack = 0.03
+
+// goodput is the predicted goodput at n with the engine full:
+//
+//	G(n) = n / Hold(n) * sum_k share_k * A_k(n)
+//
+// (Little's law times the predicted share meeting each class's targets).
+func (c *Controller) goodput(classes []class, n int) float64 {
+	h := c.predict(n).Hold
+	if h <= 0 {
+		return 0
+	}
+	att := 0.0
+	for _, k := range classes {
+		if a := c.attainment(k.t); n < len(a) {
+			att += k.share * a[n]
+		}
+	}
+	return float64(n) / h * att
+}
+
+// goodputBest returns, among levels lo..hi, the smallest whose predicted
+// goodput is within goodputSlack of the highest, and that highest.
+func (c *Controller) goodputBest(classes []class, lo, hi int) (int, float64) {
+	lo, hi = max(lo, c.cfg.MinCap), min(hi, c.cfg.MaxCap)
+	if hi < lo {
+		return lo, c.goodput(classes, lo)
+	}
+	g := make([]float64, hi-lo+1)
+	gMax := 0.0
+	for n := lo; n <= hi; n++ {
+		g[n-lo] = c.goodput(classes, n)
+		gMax = max(gMax, g[n-lo])
+	}
+	for n := lo; n <= hi; n++ {
+		if g[n-lo] >= (1-goodputSlack)*gMax {
+			return n, gMax
+		}
+	}
+	return hi, gMax
 }
 
 // failure is the record of the cap having been lowered from a level.
