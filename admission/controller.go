@@ -123,6 +123,31 @@ const (
 // Controller chooses the concurrency cap from live measurements. It is pure
 // logic: every method takes the time as an argument and it starts nothing.
 // It is not safe for concurrent use; the Runner serialises calls.
+//
+// What it learns, each sample tagged with n, the requests running on the
+// engine at that moment:
+//
+//   - the gap between output chunks of running streams (live, every chunk):
+//     the decode step, gap(n) = a + b n, memory-bandwidth bound (weights
+//     plus the KV cache of n sequences), fitted over forgotten per-level
+//     means, each level's own mean taking over where it has samples;
+//   - engine TTFT at each first output chunk: its P-quantile and median at
+//     n from the samples near n (prefills collide more often as n grows,
+//     so the spread is level-dependent), moved along a mean curve that
+//     grows with the step time;
+//   - finished requests: TPOT / gap(n), the spread of TPOT around the step
+//     time (stalls by a neighbour's prefill, chunks of several tokens), the
+//     output length and the targets each request carried (classes).
+//
+// From these, per level n: the predicted attainment A(n) (share of
+// requests meeting every target of their class), the mean slot hold
+// Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
+// (Little's law). Decide keeps the cap at the smallest level within 3 % of
+// the best goodput among those with A >= P, and moves it in bounded steps
+// with hysteresis (see Decide). A shift in the step time or engine TTFT at
+// the cap's level cuts the memory. Admit is the deadline-aware queue:
+// predicted wait + engine TTFT against the request's TTFT target, and a
+// Retry-After that is the predicted time until a slot frees.
 type Controller struct {
 	cfg ControllerConfig
 
@@ -140,7 +165,6 @@ type Controller struct {
 	cap       int
 	reason    string
 	changedAt time.Time
-	lastProbe time.Time
 	shiftAt   time.Time // requests started before it straddle the shift
 	// failed remembers the levels the cap was lowered from: raising back to
 	// one waits a backoff that doubles with each failure there.

@@ -90,27 +90,73 @@ func (c *Controller) best(classes []class, thr float64) int {
 	return bestN
 }
 
-// Decide refits the model and moves the cap:
-//   - lower, by one (by up to half the cap when the predicted attainment is
-//     more than 0.2 below the percentile P), when the cap's predicted
-//     attainment is below P and the engine ran above the largest level
-//     whose attainment is at least P;
-//   - raise, by at most a quarter of the cap, when a larger level's
-//     predicted attainment is at least P + 0.04 (the hysteresis: the cap
-//     holds still while its attainment lies in [P, P + 0.04)) and there is
-//     demand: requests queued or refused, or the engine within
-//     max(1, cap/8) of the cap;
-//   - probe one above the cap when there is demand, the cap meets the
-//     shrunk targets, the model rests on one level and the level above has
-//     no recent samples (the model cannot know it: from one level it
-//     extrapolates proportionally, which predicts no gain in throughput);
+// plan is where the model would put the cap now.
+type plan struct {
+	target int     // the level to move towards
+	gT     float64 // its predicted goodput
+	gCap   float64 // the cap's predicted goodput
+	aCap   float64 // the cap's predicted attainment (operator's targets)
+	down   int     // the nearest level at or below the cap meeting P
+	up     int     // the end of the run of levels above the cap meeting P + hysteresis
+	over   bool    // target chosen for goodput although it misses P
+}
+
+// plan computes the target level:
+//
+//	nF = the goodput-best level (smallest within 3 %) among those whose
+//	     predicted attainment is at least P;
+//	nX = the goodput-best level among all within reach (up to 2 cap + 16);
+//	target = nX if G(nX) > 1.15 G(nF), else nF.
+//
+// The percentile is the margin the operator asked for; goodput is the
+// objective. When holding every target for a share P costs more than 15 %
+// of the goodput (a slow engine whose prefills collide), goodput wins and
+// the reason says so.
+func (c *Controller) plan(now time.Time) plan {
+	classes := c.classShares(now)
+	p := plan{
+		up:   c.best(classes, c.cfg.Percentile+hysteresis),
+		down: c.best(classes, c.cfg.Percentile),
+		gCap: c.goodput(classes, c.cap),
+		aCap: c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
+	}
+	limit := p.down
+	if limit >= c.cap {
+		limit = max(limit, p.up)
+	}
+	nF, gF := c.goodputBest(classes, c.cfg.MinCap, limit)
+	nX, gX := c.goodputBest(classes, c.cfg.MinCap, min(c.cfg.MaxCap, 2*c.cap+16))
+	p.target, p.gT = nF, gF
+	if gX > (1+goodputOverride)*gF {
+		p.target, p.gT, p.over = nX, gX, true
+	}
+	return p
+}
+
+// goodputOverride is how much more goodput a level missing the percentile
+// must promise to be chosen over the best one meeting it.
+const goodputOverride = 0.15
+
+// Decide refits the model and moves the cap towards the plan's target:
+//   - lower, by one (by up to half the cap when its predicted attainment
+//     is more than 0.2 below P), when the target is below the cap and the
+//     cap either misses P (and the engine ran above the target) or
+//     predicts less goodput than the target by more than 3 %;
+//   - raise, by at most a quarter of the cap, towards a target above it
+//     that predicts more goodput by more than 3 %, when there is demand:
+//     requests queued or refused, or the engine within max(1, cap/8) of
+//     the cap. Levels above the cap count as meeting P only from P + 0.04
+//     (hysteresis);
+//   - probe one above the cap when there is demand, the model rests on
+//     one level and the level above has no recent samples (the model
+//     cannot know it: from one level it extrapolates proportionally, which
+//     predicts no gain in throughput);
 //   - otherwise hold.
 //
-// A level the cap was lowered from is barred from raises for 30s, doubling
-// with each further failure there up to 5 minutes (cleared by a shift).
-//
-// Every change waits settleTime (2s) after the previous one, so that the
-// level it moved to is measured before the next.
+// A level the cap was lowered from for missing P is barred from raises for
+// 30s, doubling with each further failure there up to 5 minutes (cleared
+// by a shift). Every change waits settleTime (2s) after the previous one,
+// so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
 	c.detectShift(now)
@@ -122,61 +168,58 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.reason = "learning: no measurements yet"
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
-	classes := c.classShares(now)
-	up := c.best(classes, c.cfg.Percentile+hysteresis)
-	down := c.best(classes, c.cfg.Percentile)
+	pl := c.plan(now)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
-	// Each change waits for measurements at the level it left behind.
 	settled := now.Sub(c.changedAt) >= settleTime
-	// The goodput-best level among those that meet the targets: the
-	// smallest within goodputSlack of the best (where goodput is flat, the
-	// smaller cap leaves the targets more margin).
-	gBest, gMax := c.goodputBest(classes, min(down, c.cap), down)
-	gCap := c.goodput(classes, c.cap)
-	// Raise towards the goodput-best level up to up, if it beats the cap by
-	// more than the slack.
-	target, gT := c.goodputBest(classes, c.cap+1, up)
-	raise := up > c.cap && demand && settled && c.mayRaiseTo(now, c.cap+1) && gT > (1+goodputSlack)*gCap
+	missing := pl.aCap < c.cfg.Percentile && !(pl.over && pl.target == c.cap)
 	switch {
-	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down && settled:
+	case !settled:
+		return Decision{Cap: c.cap, Reason: c.reason}
+	case pl.target < c.cap && missing && load.PeakRunning > pl.target:
 		step := 1
-		if c.attainment(c.targetsOf(slo.Targets{}))[c.cap] < c.cfg.Percentile-bigViolation {
+		if pl.aCap < c.cfg.Percentile-bigViolation {
 			step = max(1, int(float64(c.cap)*lowerStep))
 		}
-		c.cap = max(down, c.cap-step, c.cfg.MinCap)
+		c.cap = max(pl.target, c.cap-step, c.cfg.MinCap)
 		f := c.failed[old]
 		c.failed[old] = failure{at: now, count: f.count + 1}
 		p := c.predict(old)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
-			old, c.cap, old, c.attainment(c.targetsOf(slo.Targets{}))[old], c.cfg.Percentile,
-			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
-	case gBest < c.cap && gCap < (1-goodputSlack)*gMax && settled:
+			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
+	case pl.target < c.cap && pl.gCap < (1-goodputSlack)*pl.gT:
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
-			old, c.cap, gCap, old, gMax, gBest)
-	case raise:
-		c.cap = min(target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
+			old, c.cap, pl.gCap, old, pl.gT, pl.target)
+	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && c.mayRaiseTo(now, c.cap+1):
+		c.cap = min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
 		for n := old + 2; n <= c.cap; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1
 				break
 			}
 		}
-		p := c.predict(c.cap)
-		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), goodput %.3f req/s vs %.3f at %d; target level %d",
-			old, c.cap, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
-			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), gT, gCap, old, target)
-	case demand && up >= c.cap && settled && c.shouldProbe():
+		c.reason = c.raiseReason(old, pl, "")
+	case demand && pl.up >= c.cap && c.shouldProbe():
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
-		c.lastProbe = now
 	default:
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+func (c *Controller) raiseReason(old int, pl plan, how string) string {
+	p := c.predict(c.cap)
+	why := "meets the targets"
+	if pl.over {
+		why = fmt.Sprintf("below P%.0f but more goodput", 100*c.cfg.Percentile)
+	}
+	return fmt.Sprintf("raise %d->%d%s: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), %s: goodput %.3f req/s at %d vs %.3f at %d",
+		old, c.cap, how, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap], 100*c.cfg.Percentile,
+		dur(p.TPOT), dur(p.TTFT), why, pl.gT, pl.target, pl.gCap, old)
 }
 
 // goodputSlack is the relative difference of predicted goodput below which

@@ -46,6 +46,10 @@ type Run struct {
 	Seed uint64
 }
 
+// debugLog, when set by a test, receives the gateway's log (one line per
+// change of the cap).
+var debugLog *slog.Logger
+
 // RetryAfterMax bounds how long a closed-loop user honours Retry-After.
 const RetryAfterMax = 30 * time.Second
 
@@ -56,6 +60,9 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
+	if debugLog != nil {
+		quiet = debugLog
+	}
 
 	eng, err := sim.New(sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
 	if err != nil {

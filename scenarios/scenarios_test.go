@@ -41,6 +41,11 @@ func TestScenarios(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Log("\n" + b.String())
+	for _, sc := range s.Scenarios {
+		if r, ok := s.find(sc.ID, "adaptive"); ok {
+			t.Logf("scenario %d adaptive: %d good of %d completed, %d rejected; cap trajectory %s", sc.ID, r.Good, r.Completed, r.Rejected, trajectoryString(r.Caps))
+		}
+	}
 	for _, r := range s.Rows() {
 		for _, c := range r.Checks {
 			if !c.OK {
