@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -67,13 +68,17 @@ type observer interface {
 // engine is the continuous-batching scheduler and the step model: pure
 // state, no goroutines, time passed in. Not safe for concurrent use.
 type engine struct {
-	p       Profile
-	obs     observer
-	waiting []*seq // FCFS; preempted sequences go back to the front
-	head    int    // waiting[head:] is the queue
-	running []*seq // in admission order; the last one is preempted first
-	kvUsed  int
-	batch   []work
+	p        Profile
+	obs      observer
+	waiting  []*seq // FCFS; preempted sequences go back to the front
+	head     int    // waiting[head:] is the queue
+	incoming []*seq // arrived since the last schedule, not yet in waiting
+	running  []*seq // in admission order; the last one is preempted first
+	kvUsed   int
+	batch    []work
+	// admittedAt is the latest arrival among the sequences the last
+	// schedule admitted: the step cannot have started before it.
+	admittedAt time.Time
 
 	steps       int64
 	preemptions int64
@@ -83,9 +88,31 @@ func newEngine(p Profile, obs observer) *engine {
 	return &engine{p: p, obs: obs}
 }
 
-func (e *engine) numWaiting() int { return len(e.waiting) - e.head }
+func (e *engine) numWaiting() int { return len(e.waiting) - e.head + len(e.incoming) }
 
-func (e *engine) add(s *seq) { e.waiting = append(e.waiting, s) }
+func (e *engine) add(s *seq) { e.incoming = append(e.incoming, s) }
+
+// admitIncoming moves new arrivals to the back of the queue in arrival
+// order. Requests that arrived at the same instant (common in virtual time)
+// are ordered by their size, so that the order does not depend on which
+// handler goroutine ran first; requests of equal size are interchangeable.
+func (e *engine) admitIncoming() {
+	if len(e.incoming) == 0 {
+		return
+	}
+	slices.SortStableFunc(e.incoming, func(a, b *seq) int {
+		if c := a.arrival.Compare(b.arrival); c != 0 {
+			return c
+		}
+		if a.prompt != b.prompt {
+			return a.prompt - b.prompt
+		}
+		return a.maxOut - b.maxOut
+	})
+	e.waiting = append(e.waiting, e.incoming...)
+	clear(e.incoming)
+	e.incoming = e.incoming[:0]
+}
 
 func (e *engine) pushFront(s *seq) {
 	if e.head > 0 {
@@ -155,8 +182,10 @@ func (e *engine) preemptLast() *seq {
 // was preempted, waiting sequences are admitted in FCFS order while there is
 // budget, a free sequence slot and KV cache for their whole prompt.
 func (e *engine) schedule() (d time.Duration, ok bool) {
+	e.admitIncoming()
 	e.sweep()
 	e.batch = e.batch[:0]
+	e.admittedAt = time.Time{}
 	budget := e.p.MaxBatchedTokens
 	preempted := false
 	kvAttended, prefill := 0, 0
@@ -195,6 +224,9 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 		budget -= need
 		prefill += need
 		kvAttended += need
+		if s.arrival.After(e.admittedAt) {
+			e.admittedAt = s.arrival
+		}
 		e.running = append(e.running, s)
 		e.batch = append(e.batch, work{s, need})
 	}
@@ -267,6 +299,12 @@ func (e *engine) abortAll() {
 		s.state.Store(stateAborted)
 		s.notify()
 	}
+	for _, s := range e.incoming {
+		s.state.Store(stateAborted)
+		s.notify()
+	}
+	clear(e.incoming)
+	e.incoming = e.incoming[:0]
 	clear(e.running)
 	e.running = e.running[:0]
 	clear(e.waiting)

@@ -105,6 +105,9 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	if d.hang {
 		s.log.Debug("sim fault: hang", "id", d.id)
+		if req.stream && s.cfg.Faults.HangAfterHeaders {
+			startSSE(w)
+		}
 		if !s.sleep(ctx, s.scaled(s.cfg.Faults.HangFor)) || s.cfg.Faults.HangFor == 0 {
 			return
 		}
@@ -128,7 +131,7 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	c := &chunker{fl: s.flavor, chat: chat, id: prefix + strconv.FormatUint(d.id, 16),
 		created: arrival.Unix(), model: s.model, prompt: req.prompt}
 	if req.stream {
-		s.stream(w, ctx, q, c, req.includeUsage, d.cutAt)
+		s.stream(w, ctx, q, c, req.includeUsage, d.cutAt, d.hang && s.cfg.Faults.HangAfterHeaders)
 		return
 	}
 	for q.state.Load() == stateRunning {
@@ -149,13 +152,11 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 
 // stream writes tokens as the scheduler publishes them: one chunk per wake-up
 // (several tokens when the writer fell behind, as vLLM merges them).
-func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chunker, includeUsage bool, cutAt int) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
+func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chunker, includeUsage bool, cutAt int, headersSent bool) {
+	if !headersSent {
+		startSSE(w)
+	}
 	rc := http.NewResponseController(w)
-	_ = rc.Flush()
 	buf := make([]byte, 0, 1024)
 	sent := 0
 	for {
@@ -204,6 +205,16 @@ func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chun
 			return
 		}
 	}
+}
+
+// startSSE sends a stream's headers at once, as engines do before the
+// first token.
+func startSSE(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	_ = http.NewResponseController(w).Flush()
 }
 
 // startIf appends the opening chunk before the first token.

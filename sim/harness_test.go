@@ -148,24 +148,24 @@ func runLoad(t testing.TB, cfg Config, l load) summary {
 	if l.rate > 0 {
 		rng := rand.New(rand.NewPCG(l.seed, 7))
 		for range l.requests {
-			gap := time.Duration(rng.ExpFloat64() / l.rate * float64(time.Second))
+			gap := time.Duration(rng.ExpFloat64() / l.rate * float64(time.Second) / scaleOf(cfg))
 			time.Sleep(gap)
-			users.Go(func() { record(doRequest(ctx, h, l.work.PromptTokens, l.work.OutputTokens)) })
+			prompt, output := l.work.Lengths(rng)
+			users.Go(func() { record(doRequest(ctx, h, prompt, output)) })
 		}
 	} else {
-		var next sync.Mutex
-		issued := 0
-		for range l.users {
+		// Each user has its own seeded generator and its share of the
+		// requests, so lengths do not depend on goroutine scheduling.
+		for u := range l.users {
+			n := l.requests / l.users
+			if u < l.requests%l.users {
+				n++
+			}
+			rng := rand.New(rand.NewPCG(l.seed, uint64(u)))
 			users.Go(func() {
-				for {
-					next.Lock()
-					if issued == l.requests {
-						next.Unlock()
-						return
-					}
-					issued++
-					next.Unlock()
-					record(doRequest(ctx, h, l.work.PromptTokens, l.work.OutputTokens))
+				for range n {
+					prompt, output := l.work.Lengths(rng)
+					record(doRequest(ctx, h, prompt, output))
 				}
 			})
 		}
@@ -175,6 +175,13 @@ func runLoad(t testing.TB, cfg Config, l load) summary {
 	cancel()
 	wg.Wait()
 	return summarize(results, dur, cfg.TimeScale)
+}
+
+func scaleOf(cfg Config) float64 {
+	if cfg.TimeScale == 0 {
+		return 1
+	}
+	return cfg.TimeScale
 }
 
 func summarize(rs []result, dur time.Duration, scale float64) summary {

@@ -3,6 +3,8 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sort"
 	"time"
 )
@@ -79,24 +81,30 @@ func (p Profile) StepTime(seqs, kvTokens, prefillTokens int) time.Duration {
 		time.Duration(prefillTokens)*p.StepPerPrefillToken
 }
 
-// The built-in profiles. Their parameters are derived in docs/sim.md.
+// The built-in profiles. Their parameters and how they were fitted are in
+// docs/sim.md; the calibration test (calibrate_test.go) checks them against
+// the brief's measurements.
 var (
 	// GB10BF16 is Qwen3-30B-A3B in BF16 on an NVIDIA GB10 (the brief's
-	// measurements). A mixture-of-experts model: each sequence in the batch
-	// activates other experts, so a step's cost grows steeply with the batch.
+	// measurements). The per-sequence cost of a step is dominated by
+	// attention over its KV cache (StepPerKVToken, fitted), so long contexts
+	// make every step slower; prefill costs 158 us per prompt token (the
+	// brief's 163 ms TTFT for 1000 tokens at concurrency 1).
 	GB10BF16 = Profile{
 		Name: "gb10-bf16", Model: "Qwen/Qwen3-30B-A3B",
-		MaxNumSeqs: 4096, KVCacheTokens: 500_000, MaxBatchedTokens: 8192, MaxModelLen: 40960,
-		StepBase: 1800 * time.Microsecond, StepPerSeq: 2200 * time.Microsecond,
-		StepPerKVToken: 359 * time.Nanosecond, StepPerPrefillToken: 158 * time.Microsecond,
+		MaxNumSeqs: 4096, KVCacheTokens: 500_000, MaxBatchedTokens: 32768, MaxModelLen: 40960,
+		StepBase: 1800 * time.Microsecond, StepPerSeq: 200 * time.Microsecond,
+		StepPerKVToken: 2200 * time.Nanosecond, StepPerPrefillToken: 158 * time.Microsecond,
 		MeanOutputTokens: 256,
 	}
-	// GB10FP8 is the same model in FP8: half the weight bytes per step.
+	// GB10FP8 is the same model in FP8: half the weight bytes (base and
+	// per-sequence costs), twice the GEMM rate (prefill), and attention over
+	// the KV cache fitted to the brief's FP8 column (a third of BF16's).
 	GB10FP8 = Profile{
 		Name: "gb10-fp8", Model: "Qwen/Qwen3-30B-A3B-FP8",
-		MaxNumSeqs: 4096, KVCacheTokens: 800_000, MaxBatchedTokens: 8192, MaxModelLen: 40960,
-		StepBase: 1000 * time.Microsecond, StepPerSeq: 1100 * time.Microsecond,
-		StepPerKVToken: 359 * time.Nanosecond, StepPerPrefillToken: 100 * time.Microsecond,
+		MaxNumSeqs: 4096, KVCacheTokens: 800_000, MaxBatchedTokens: 32768, MaxModelLen: 40960,
+		StepBase: 900 * time.Microsecond, StepPerSeq: 100 * time.Microsecond,
+		StepPerKVToken: 733 * time.Nanosecond, StepPerPrefillToken: 79 * time.Microsecond,
 		MeanOutputTokens: 256,
 	}
 	// L48B is an 8B dense model in BF16 on an NVIDIA L4: one decode step
@@ -148,18 +156,36 @@ func LookupProfile(name string) (Profile, error) {
 	return p, nil
 }
 
-// Workload is a fixed-length request mix: every request has PromptTokens
-// prompt tokens and asks for OutputTokens with ignore_eos.
+// Workload is a synthetic request mix for calibration and scenarios: each
+// request asks for its output with ignore_eos, so lengths are exact on the
+// simulator. With RangeRatio r, prompt and output lengths are drawn
+// uniformly from [L x (1-r), L x (1+r)], as vLLM's benchmark does with
+// --random-range-ratio; r = 0 means fixed lengths.
 type Workload struct {
 	PromptTokens int
 	OutputTokens int
+	RangeRatio   float64
+}
+
+// Lengths draws one request's prompt and output lengths (at least 1 each).
+func (w Workload) Lengths(rng *rand.Rand) (prompt, output int) {
+	if w.RangeRatio == 0 {
+		return max(1, w.PromptTokens), max(1, w.OutputTokens)
+	}
+	draw := func(n int) int {
+		f := 1 - w.RangeRatio + 2*w.RangeRatio*rng.Float64()
+		return max(1, int(math.Round(f*float64(n))))
+	}
+	return draw(w.PromptTokens), draw(w.OutputTokens)
 }
 
 var (
 	// Table1Workload is the brief's first table: about 1000 prompt and 120
-	// output tokens, closed loop.
+	// output tokens, fixed lengths, closed loop.
 	Table1Workload = Workload{PromptTokens: 1000, OutputTokens: 120}
 	// SecondWorkload is the workload this simulator documents for the
-	// brief's second table (targets TTFT 1 s, TPOT 100 ms); see docs/sim.md.
-	SecondWorkload = Workload{PromptTokens: 3000, OutputTokens: 200}
+	// brief's second table (targets TTFT 1 s, TPOT 100 ms): long prompts
+	// and short answers, 4000 +/- 20 % prompt and 128 +/- 20 % output
+	// tokens. See docs/sim.md.
+	SecondWorkload = Workload{PromptTokens: 4000, OutputTokens: 128, RangeRatio: 0.2}
 )

@@ -49,11 +49,15 @@ type Faults struct {
 	// random number of output tokens (before the last one), with no [DONE].
 	CutRate float64
 	// HangRate is the share of requests that send nothing, not even
-	// headers, for HangFor before they are scheduled.
+	// headers (but see HangAfterHeaders), for HangFor before they are
+	// scheduled.
 	HangRate float64
 	// HangFor is how long a hanging request hangs; 0 means until the client
 	// goes away or the engine stops.
 	HangFor time.Duration
+	// HangAfterHeaders makes a hanging streamed request send its headers
+	// (200, text/event-stream) first and then nothing.
+	HangAfterHeaders bool
 	// SlowStartRate is the share of requests held for SlowStartDelay
 	// before they enter the engine's queue (as an engine loading an adapter).
 	SlowStartRate  float64
@@ -74,17 +78,16 @@ type Sim struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	mu          sync.Mutex
-	eng         *engine
-	rng         *rand.Rand
-	nextID      uint64
-	stepFactor  float64
-	started     bool
-	stopped     bool
-	readyAt     time.Time // the startup delay ends
-	wake        chan struct{}
-	done        chan struct{} // closed when Run returns
-	submitCount int64
+	mu         sync.Mutex
+	eng        *engine
+	rng        *rand.Rand
+	nextID     uint64
+	stepFactor float64
+	started    bool
+	stopped    bool
+	readyAt    time.Time // the startup delay ends
+	wake       chan struct{}
+	done       chan struct{} // closed when Run returns
 }
 
 // New returns a passive engine: nothing runs until Run.
@@ -202,14 +205,35 @@ func (s *Sim) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	// Steps run back to back on a modelled timeline: each starts where the
+	// last one ended, not when the loop woke. Timers on a busy machine fire
+	// up to a millisecond late, longer than a time-scaled step; the next
+	// step then starts in the past, runs at once, and the timeline catches
+	// up, so token rates stay right on average. When the loop falls further
+	// behind than maxLag (the simulator itself is too slow) or has been
+	// idle, the timeline restarts at the present.
+	var next time.Time
 	for {
 		start := time.Now()
+		if !next.IsZero() && start.Sub(next) <= maxLag {
+			start = next
+		}
+		// Let requests that arrive at the instant the last step ended join
+		// this one. In a synctest bubble the sleep returns only after every
+		// other goroutine has blocked, so which requests join a step does
+		// not depend on goroutine scheduling; in real time it costs well
+		// under a microsecond.
+		time.Sleep(time.Nanosecond)
 		s.mu.Lock()
 		d, ok := s.eng.schedule()
 		factor := s.stepFactor
+		if s.eng.admittedAt.After(start) {
+			start = s.eng.admittedAt // a lagging timeline never starts a request before it arrived
+		}
 		s.metrics.gauges(s.eng)
 		s.mu.Unlock()
 		if !ok {
+			next = time.Time{}
 			select {
 			case <-s.wake:
 				continue
@@ -217,21 +241,29 @@ func (s *Sim) Run(ctx context.Context) error {
 				return nil
 			}
 		}
-		d = s.scaled(time.Duration(float64(d) * factor))
-		// Sleep until the step's end measured from its start, so the loop's
-		// own work is part of the step rather than added to it.
-		timer.Reset(time.Until(start.Add(d)))
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
+		end := start.Add(s.scaled(time.Duration(float64(d) * factor)))
+		if wait := time.Until(end); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return nil
+			}
+		} else if ctx.Err() != nil {
 			return nil
 		}
-		now := time.Now()
+		// Tokens are stamped with the step's end on the timeline, which is
+		// now in a synctest bubble and at most maxLag ago in real time.
 		s.mu.Lock()
-		s.eng.commit(now)
+		s.eng.commit(end)
 		s.mu.Unlock()
+		next = end
 	}
 }
+
+// maxLag bounds how far the scheduler's timeline may trail the clock before
+// it gives up catching up.
+const maxLag = 20 * time.Millisecond
 
 // errStopped is returned by submit after Run has returned.
 var errStopped = errors.New("engine stopped")
@@ -244,7 +276,6 @@ func (s *Sim) submit(q *seq) error {
 		return errStopped
 	}
 	s.eng.add(q)
-	s.submitCount++
 	select {
 	case s.wake <- struct{}{}:
 	default:

@@ -277,6 +277,24 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	})
+	t.Run("hang after headers", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := startSim(t, Config{Profile: Tiny, Faults: Faults{HangRate: 1, HangFor: 5 * time.Second, HangAfterHeaders: true}})
+			rec := &lockedRecorder{rec: httptest.NewRecorder()}
+			req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/v1/completions",
+				strings.NewReader(`{"prompt":"a","max_tokens":3,"stream":true}`))
+			done := make(chan struct{})
+			go func() { s.Handler().ServeHTTP(rec, req); close(done) }()
+			time.Sleep(time.Second)
+			if flushed, code, body := rec.state(); !flushed || code != 200 || body != "" {
+				t.Fatalf("during the hang: flushed %v, code %d, body %q", flushed, code, body)
+			}
+			<-done
+			if _, _, body := rec.state(); !strings.HasSuffix(body, "data: [DONE]\n\n") {
+				t.Fatalf("after the hang: %q", body)
+			}
+		})
+	})
 	t.Run("hang then answer", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := startSim(t, Config{Profile: Tiny, Faults: Faults{HangRate: 1, HangFor: 5 * time.Second}})
@@ -352,4 +370,32 @@ func TestRunStopEndsRequests(t *testing.T) {
 			t.Fatalf("health after stop: %d", rec.Code)
 		}
 	})
+}
+
+// lockedRecorder lets a test look at a response while its handler runs.
+type lockedRecorder struct {
+	mu  sync.Mutex
+	rec *httptest.ResponseRecorder
+}
+
+func (l *lockedRecorder) Header() http.Header { return l.rec.Header() }
+func (l *lockedRecorder) WriteHeader(code int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rec.WriteHeader(code)
+}
+func (l *lockedRecorder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.Write(p)
+}
+func (l *lockedRecorder) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.rec.Flush()
+}
+func (l *lockedRecorder) state() (flushed bool, code int, body string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.Flushed, l.rec.Code, l.rec.Body.String()
 }

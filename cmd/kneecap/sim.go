@@ -45,6 +45,7 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.Float64Var(&f.CutRate, "fault-cut-rate", 0, "share of streams cut mid-way")
 	fs.Float64Var(&f.HangRate, "fault-hang-rate", 0, "share of requests that hang before the first token")
 	fs.DurationVar(&f.HangFor, "fault-hang-for", 0, "how long a hang lasts (0: until the client leaves)")
+	fs.BoolVar(&f.HangAfterHeaders, "fault-hang-after-headers", false, "a hanging stream sends its headers first")
 	fs.Float64Var(&f.SlowStartRate, "fault-slow-start-rate", 0, "share of requests held before they are queued")
 	fs.DurationVar(&f.SlowStartDelay, "fault-slow-start-delay", time.Second, "how long a slow start holds a request")
 	fs.DurationVar(&f.StartupDelay, "fault-startup-delay", 0, "answer 503 (loading) for this long after start")
