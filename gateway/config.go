@@ -62,6 +62,14 @@ type Config struct {
 	// UpstreamHealthPath is probed by /readyz.
 	UpstreamHealthPath string `env:"UPSTREAM_HEALTH_PATH" envDefault:"/health"`
 
+	// SLOPercentile, MinCap and MaxCap are for the adaptive controller: the
+	// share of requests that must meet the targets at the chosen cap
+	// (in (0, 1)), and the bounds of the cap it may set (MaxCap 0 means
+	// the controller's own bound). The static cap ignores them.
+	SLOPercentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
+	MinCap        int     `env:"MIN_CAP" envDefault:"1"`
+	MaxCap        int     `env:"MAX_CAP"`
+
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string     `env:"LOG_FORMAT" envDefault:"text"`
@@ -148,6 +156,9 @@ func typeName(t reflect.Type) string {
 	case reflect.TypeFor[slog.Level]():
 		return "a log level (debug, info, warn, error)"
 	}
+	if t.Kind() == reflect.Float64 {
+		return "a number"
+	}
 	return "an " + t.String()
 }
 
@@ -179,6 +190,12 @@ func (c Config) Validate() error {
 		return bad("SLOWindow", "must be at least 1s")
 	case c.MaxConcurrency < 0:
 		return bad("MaxConcurrency", "must not be negative")
+	case !(c.SLOPercentile > 0 && c.SLOPercentile < 1):
+		return bad("SLOPercentile", "must be between 0 and 1 (exclusive), e.g. 0.9")
+	case c.MinCap < 1:
+		return bad("MinCap", "must be at least 1")
+	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
+		return bad("MaxCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
 	case c.MaxQueue < 0:
 		return bad("MaxQueue", "must not be negative")
 	case c.MaxQueueWait < 0:

@@ -14,7 +14,8 @@ func TestConfigDefaults(t *testing.T) {
 	}
 	want := Config{Listen: ":8080", AdminListen: ":9090", SLOTTFT: time.Second, SLOTPOT: 100 * time.Millisecond,
 		SLOWindow: time.Minute, MaxQueue: 1024, FirstTokenTimeout: time.Minute, MaxBodyBytes: 16 << 20,
-		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text"}
+		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
+		SLOPercentile: 0.9, MinCap: 1}
 	want.Upstream = c.Upstream
 	if c != want || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {
 		t.Fatalf("got %+v\nwant %+v", c, want)
@@ -37,6 +38,9 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"bad level", []string{up, "KNEECAP_LOG_LEVEL=loud"}, "KNEECAP_LOG_LEVEL"},
 		{"bad format", []string{up, "KNEECAP_LOG_FORMAT=xml"}, "KNEECAP_LOG_FORMAT"},
 		{"bad health path", []string{up, "KNEECAP_UPSTREAM_HEALTH_PATH=health"}, "KNEECAP_UPSTREAM_HEALTH_PATH"},
+		{"percentile out of range", []string{up, "KNEECAP_SLO_PERCENTILE=90"}, "KNEECAP_SLO_PERCENTILE"},
+		{"percentile not a number", []string{up, "KNEECAP_SLO_PERCENTILE=p90"}, "KNEECAP_SLO_PERCENTILE"},
+		{"max cap below min cap", []string{up, "KNEECAP_MIN_CAP=4", "KNEECAP_MAX_CAP=2"}, "KNEECAP_MAX_CAP"},
 		{"zero body bound", []string{up, "KNEECAP_MAX_BODY_BYTES=0"}, "KNEECAP_MAX_BODY_BYTES"},
 	}
 	for _, tt := range tests {

@@ -196,8 +196,8 @@ func newTransport() *http.Transport {
 		IdleConnTimeout:       90 * time.Second,
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
-		WriteBufferSize:       16 << 10,
-		ReadBufferSize:        16 << 10,
+		// Read and write buffers stay at 4 KiB: the event reader buffers
+		// the stream itself, and every running stream holds one of each.
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -122,7 +123,26 @@ func (p *Proxy) Generation(route string) http.Handler {
 
 // Passthrough returns the handler for every other path: relayed to the
 // engine unchanged (streamed responses flushed at once), not counted.
-func (p *Proxy) Passthrough() http.Handler { return p.pass }
+// A request body of known length up to MaxBodyBytes is read whole first,
+// as on the generation routes, so that an engine answering before it read
+// the body cannot break the stream (golang/go#40747); larger or chunked
+// bodies (uploads) stream through as httputil.ReverseProxy relays them.
+func (p *Proxy) Passthrough() http.Handler { return http.HandlerFunc(p.servePassthrough) }
+
+func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > 0 && r.ContentLength <= p.cfg.MaxBodyBytes {
+		body := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, body); err != nil {
+			if r.Context().Err() == nil {
+				wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadBody, "could not read the request body")
+			}
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	p.pass.ServeHTTP(w, r)
+}
 
 // ServeHTTP routes by itself, for use without a router: the two generation
 // routes on POST, everything else passed through.
@@ -137,7 +157,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	p.pass.ServeHTTP(w, r)
+	p.servePassthrough(w, r)
 }
 
 // exchange is the state of one generation request. It has a single owner,
@@ -149,6 +169,7 @@ type exchange struct {
 	failure    slo.Outcome // non-zero once the request failed
 	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
 	forwarded  time.Time
+	err        error // the underlying cause of an engine failure, for the log
 }
 
 func (x *exchange) fail(o slo.Outcome, reason string, status int) {
@@ -261,7 +282,7 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		case x.r.Context().Err() != nil:
 			x.fail(slo.ClientCancelled, "", 0)
 		default:
-			p.log.Warn("engine unreachable", "err", err)
+			x.err = err
 			x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
 		}
 		return
@@ -365,12 +386,17 @@ func (p *Proxy) finish(x *exchange) {
 		lvl = slog.LevelWarn
 	}
 	if p.log.Enabled(x.r.Context(), lvl) {
+		errText := ""
+		if x.err != nil {
+			errText = x.err.Error()
+		}
 		p.log.LogAttrs(x.r.Context(), lvl, "request",
 			slog.String("route", rec.Route), slog.String("model", rec.Model),
 			slog.Bool("stream", rec.Streamed), slog.Int("status", rec.Status),
 			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
 			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
 			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
-			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens))
+			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens),
+			slog.String("err", errText))
 	}
 }

@@ -269,78 +269,6 @@ func TestSLOHeadersJudged(t *testing.T) {
 	}
 }
 
-func TestUpstreamFailures(t *testing.T) {
-	t.Run("unreachable 502", func(t *testing.T) {
-		dead := httptest.NewServer(http.NotFoundHandler())
-		u, _ := url.Parse(dead.URL)
-		dead.Close()
-		s := newSetup(t, &proxytest.Engine{}, Config{Upstream: u})
-		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		if body := readAll(t, resp); resp.StatusCode != 502 || !strings.Contains(body, `"type":"server_error"`) {
-			t.Fatalf("status %d body %s", resp.StatusCode, body)
-		}
-		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonUnreachable {
-			t.Fatalf("record %+v", r)
-		}
-	})
-	t.Run("no headers before first-token timeout 504", func(t *testing.T) {
-		hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.ReadAll(r.Body) // so that the server notices the gateway hanging up
-			<-r.Context().Done()
-		})
-		s := newSetup(t, hang, Config{FirstTokenTimeout: 50 * time.Millisecond})
-		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		if body := readAll(t, resp); resp.StatusCode != 504 || !strings.Contains(body, `"type":"timeout_error"`) {
-			t.Fatalf("status %d body %s", resp.StatusCode, body)
-		}
-		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
-			t.Fatalf("record %+v", r)
-		}
-	})
-	t.Run("headers sent, then no first token: SSE error event", func(t *testing.T) {
-		eng := &proxytest.Engine{Flavor: proxytest.VLLM, FirstDelay: 2 * time.Second}
-		s := newSetup(t, eng, Config{FirstTokenTimeout: 50 * time.Millisecond})
-		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		evs := events(readAll(t, resp))
-		if resp.StatusCode != 200 || len(evs) != 2 || !strings.Contains(evs[1], `"type":"timeout_error"`) {
-			t.Fatalf("status %d events %q", resp.StatusCode, evs)
-		}
-		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
-			t.Fatalf("record %+v", r)
-		}
-	})
-	t.Run("stream broken mid-way: SSE error event", func(t *testing.T) {
-		broken := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
-			_ = http.NewResponseController(w).Flush()
-			panic(http.ErrAbortHandler) // cut the connection
-		})
-		s := newSetup(t, broken, Config{})
-		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		evs := events(readAll(t, resp))
-		if len(evs) != 2 || !strings.Contains(evs[1], `"code":"stream_broken"`) {
-			t.Fatalf("events %q", evs)
-		}
-		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.OutputChunks != 1 {
-			t.Fatalf("record %+v", r)
-		}
-	})
-	t.Run("engine 500 relayed", func(t *testing.T) {
-		e500 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			wire.WriteError(w, 500, wire.TypeServer, "", "engine exploded")
-		})
-		s := newSetup(t, e500, Config{})
-		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		if body := readAll(t, resp); resp.StatusCode != 500 || !strings.Contains(body, "engine exploded") {
-			t.Fatalf("status %d body %s", resp.StatusCode, body)
-		}
-		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Status != 500 {
-			t.Fatalf("record %+v", r)
-		}
-	})
-}
-
 func TestRejection(t *testing.T) {
 	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 300 * time.Millisecond}
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
@@ -415,6 +343,35 @@ func TestClientCancel(t *testing.T) {
 	}
 }
 
+// TestClientLeavesAfterOutput checks that a client that hangs up right after
+// the finish chunk, before the usage chunk and [DONE], is judged on what it
+// got, not counted as cancelled.
+func TestClientLeavesAfterOutput(t *testing.T) {
+	eng := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n"+
+			"data: {\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"stop\"}]}\n\n")
+		_ = http.NewResponseController(w).Flush()
+		<-r.Context().Done() // the usage chunk and [DONE] never come
+	})
+	s := newSetup(t, eng, Config{})
+	req, _ := http.NewRequest(http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for range 4 { // two events, each a data line and a blank line
+		if _, err := br.ReadString('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp.Body.Close()
+	if r := s.rec.last(t); r.Outcome != slo.Good || r.OutputChunks != 2 || !r.Estimated {
+		t.Fatalf("record %+v, want good with 2 estimated tokens", r)
+	}
+}
+
 func TestPassthrough(t *testing.T) {
 	s := newSetup(t, &proxytest.Engine{}, Config{})
 	resp, err := http.Get(s.gateway.URL + "/v1/models")
@@ -433,53 +390,130 @@ func TestPassthrough(t *testing.T) {
 
 // TestNoBrokenStreams is the regression test for golang/go#40747: an engine
 // that answers (headers and a first event) before it reads the request body
-// must not break any stream. 200 streamed requests, 16 at a time, each with
-// a body large enough to span several TCP writes.
+// must not break any stream. 200 streamed generation requests, 16 at a
+// time, each with a 200 kB body that spans many TCP writes; then 100 on a
+// passthrough path. (A plain httputil.ReverseProxy broke 2 of 208 in this
+// setup.)
 func TestNoBrokenStreams(t *testing.T) {
 	eng := &proxytest.Engine{Flavor: proxytest.VLLM, HeadersFirst: true, Chunks: 8, TokensPerChunk: 2}
-	s := newSetup(t, eng, Config{})
-	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`
-	const total, workers = 200, 16
-	var mu sync.Mutex
-	broken := 0
-	var wg sync.WaitGroup
-	jobs := make(chan int)
-	for range workers {
-		wg.Go(func() {
-			for range jobs {
-				resp, err := http.Post(s.gateway.URL+"/v1/chat/completions", "application/json", bytes.NewReader([]byte(body)))
-				ok := err == nil
-				if ok {
-					b, err := io.ReadAll(resp.Body)
-					resp.Body.Close()
-					evs := events(string(b))
-					ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
+	// The passthrough path /v1/responses streams the same way.
+	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/responses" {
+			r.URL.Path = "/v1/chat/completions"
+		}
+		eng.ServeHTTP(w, r)
+	})
+	s := newSetup(t, mux, Config{})
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`)
+	for _, tt := range []struct {
+		path  string
+		total int
+	}{{"/v1/chat/completions", 200}, {"/v1/responses", 100}} {
+		var mu sync.Mutex
+		broken := 0
+		var wg sync.WaitGroup
+		jobs := make(chan int)
+		for range 16 {
+			wg.Go(func() {
+				for range jobs {
+					resp, err := http.Post(s.gateway.URL+tt.path, "application/json", bytes.NewReader(body))
+					ok := err == nil
+					if ok {
+						b, err := io.ReadAll(resp.Body)
+						resp.Body.Close()
+						evs := events(string(b))
+						ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
+						if !ok {
+							t.Logf("%s: status %d, %d events, err %v: %.300s", tt.path, resp.StatusCode, len(evs), err, b)
+						}
+					} else {
+						t.Logf("%s: %v", tt.path, err)
+					}
 					if !ok {
-						t.Logf("status %d, %d events, err %v: %.300s", resp.StatusCode, len(evs), err, b)
+						mu.Lock()
+						broken++
+						mu.Unlock()
 					}
 				}
-				if !ok {
-					t.Logf("broken: %v", err)
-					mu.Lock()
-					broken++
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for i := range total {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	if broken != 0 {
-		t.Fatalf("%d of %d streams broken", broken, total)
+			})
+		}
+		for i := range tt.total {
+			jobs <- i
+		}
+		close(jobs)
+		wg.Wait()
+		if broken != 0 {
+			t.Fatalf("%s: %d of %d streams broken", tt.path, broken, tt.total)
+		}
 	}
 	s.rec.mu.Lock()
 	defer s.rec.mu.Unlock()
+	if len(s.rec.records) != 200 {
+		t.Fatalf("%d records, want 200 (passthrough is not recorded)", len(s.rec.records))
+	}
 	for _, r := range s.rec.records {
 		if !r.Outcome.Completed() { // good or missed: the machine may be slow
 			t.Fatalf("record %+v", r)
 		}
+	}
+}
+
+// TestQueueThroughProxy checks the queue at the HTTP edge: a request that
+// waits its own TTFT target gets 429 queue_timeout; a queued request whose
+// client leaves is gone from the queue at once.
+func TestQueueThroughProxy(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 2 * time.Second}
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 10})
+	s := newSetup(t, eng, Config{Limiter: lim})
+	held := make(chan struct{})
+	go func() {
+		defer close(held)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+
+	// Waits its 100 ms TTFT target in the queue, then is refused.
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody, "x-slo-ttft-ms", "100")
+	body := readAll(t, resp)
+	if resp.StatusCode != 429 || resp.Header.Get(HeaderReason) != "queue_timeout" || resp.Header.Get("Retry-After") == "" ||
+		!strings.Contains(body, `"code":"queue_timeout"`) {
+		t.Fatalf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
+	}
+
+	// A client that leaves the queue.
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, s.gateway.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	errc := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		errc <- err
+	}()
+	for lim.State().Queued == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-errc
+	for deadline := time.Now().Add(5 * time.Second); lim.State().Queued != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("cancelled request still queued")
+		}
+	}
+	<-held
+	outcomes := map[string]int{}
+	for range 3 {
+		s.rec.last(t) // wait for all three records
+	}
+	s.rec.mu.Lock()
+	for _, r := range s.rec.records {
+		outcomes[r.Outcome.String()+"/"+r.Reason]++
+	}
+	s.rec.mu.Unlock()
+	if outcomes["rejected/queue_timeout"] != 1 || outcomes["client_cancelled/"] != 1 || outcomes["good/"] != 1 {
+		t.Fatalf("outcomes %v", outcomes)
 	}
 }

@@ -36,14 +36,22 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		errEvent    bool
 		readErr     error
 	)
-	er := wire.NewEventReader(resp.Body)
+	// Flush when the reader holds no further event that already arrived:
+	// each event still reaches the client as soon as it arrived, but events
+	// that arrived together leave in one write, as nginx does.
+	src := &countingReader{r: resp.Body}
+	er := wire.NewEventReader(src)
+	var consumed int64
+	dirty := false
 	for !clientGone {
 		ev, err := er.Next()
 		if err != nil {
 			readErr = err
 			break
 		}
+		consumed += int64(len(ev.Raw))
 		now := time.Now()
+		forward := true
 		if ev.Data != nil {
 			if ev.IsDone() {
 				done = true
@@ -53,9 +61,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				}
 				done = done || info.Finished
 				errEvent = errEvent || info.Error
-				if info.UsageOnly && x.stripUsage {
-					continue // the gateway asked for it; the client did not
-				}
+				// Drop the usage-only chunk the gateway asked for and the
+				// client did not.
+				forward = !(info.UsageOnly && x.stripUsage)
 				if info.HasOutput {
 					rec.OutputChunks++
 					running := int(p.running.Load())
@@ -76,13 +84,22 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				}
 			}
 		}
-		if _, err := w.Write(ev.Raw); err != nil {
-			clientGone = true
-			break
+		if forward {
+			if _, err := w.Write(ev.Raw); err != nil {
+				clientGone = true
+				break
+			}
+			dirty = true
 		}
-		if err := rc.Flush(); err != nil {
-			clientGone = true
+		if dirty && consumed == src.n {
+			dirty = false
+			if err := rc.Flush(); err != nil {
+				clientGone = true
+			}
 		}
+	}
+	if dirty && !clientGone {
+		_ = rc.Flush()
 	}
 	end := time.Now()
 
@@ -99,13 +116,18 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 
 	switch {
 	case clientGone || (readErr != nil && x.r.Context().Err() != nil):
-		x.fail(slo.ClientCancelled, "", 0)
+		// A client that hangs up once the output has ended (finish_reason
+		// or [DONE] seen) got its whole answer: judge it. Only one that
+		// left before the end cancelled.
+		if !done {
+			x.fail(slo.ClientCancelled, "", 0)
+		}
 	case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
 		p.streamError(x, slo.EngineError, reasonFirstTokenTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
 	case errors.Is(readErr, wire.ErrEventTooLarge):
 		p.streamError(x, slo.EngineError, reasonEventTooLarge, wire.TypeServer, "the engine sent an event larger than the gateway relays")
 	case readErr != nil && readErr != io.EOF:
-		p.log.Warn("engine stream broke", "err", readErr)
+		x.err = readErr
 		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream broke off")
 	case errEvent:
 		x.fail(slo.EngineError, reasonErrorEvent, 0) // the engine's own error event was relayed
@@ -166,4 +188,17 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown
 	}
+}
+
+// countingReader counts the bytes read through it, so the relay knows when
+// the event reader has consumed everything that arrived.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }

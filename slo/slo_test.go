@@ -162,3 +162,30 @@ func BenchmarkWindowAddITL(b *testing.B) {
 		w.AddITL(t0.Add(time.Duration(i)*time.Microsecond), 20*ms)
 	}
 }
+
+// FuzzWithHeaders checks that any header value either applies exactly (a
+// whole number of milliseconds within bounds) or is refused leaving the
+// targets unchanged.
+func FuzzWithHeaders(f *testing.F) {
+	for _, s := range []string{"0", "250", "-1", "1e3", " 5", "86400000", "86400001", "99999999999999999999"} {
+		f.Add(s)
+	}
+	base := Targets{TTFT: time.Second, TPOT: 100 * ms}
+	f.Fuzz(func(t *testing.T, v string) {
+		h := http.Header{}
+		h.Set(HeaderTPOT, v)
+		got, err := base.WithHeaders(h)
+		if err != nil {
+			if got != base {
+				t.Fatalf("refused %q but changed targets to %+v", v, got)
+			}
+			return
+		}
+		if v == "" {
+			return
+		}
+		if got.TTFT != base.TTFT || got.TPOT < 0 || got.TPOT > 24*time.Hour || got.TPOT%ms != 0 {
+			t.Fatalf("accepted %q as %+v", v, got)
+		}
+	})
+}

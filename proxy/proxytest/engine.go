@@ -1,7 +1,3 @@
-// Package proxytest provides a fake OpenAI-compatible engine that speaks the
-// chunk shapes of vLLM, SGLang and llama.cpp's server, for tests and
-// benchmarks of the gateway. It generates no text: every output chunk
-// carries TokensPerChunk words.
 package proxytest
 
 import (

@@ -1,0 +1,87 @@
+package proxy
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kneecap/kneecap/proxy/proxytest"
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+)
+
+func TestUpstreamFailures(t *testing.T) {
+	t.Run("unreachable 502", func(t *testing.T) {
+		dead := httptest.NewServer(http.NotFoundHandler())
+		u, _ := url.Parse(dead.URL)
+		dead.Close()
+		s := newSetup(t, &proxytest.Engine{}, Config{Upstream: u})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 502 || !strings.Contains(body, `"type":"server_error"`) {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonUnreachable {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("no headers before first-token timeout 504", func(t *testing.T) {
+		hang := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.ReadAll(r.Body) // so that the server notices the gateway hanging up
+			<-r.Context().Done()
+		})
+		s := newSetup(t, hang, Config{FirstTokenTimeout: 50 * time.Millisecond})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 504 || !strings.Contains(body, `"type":"timeout_error"`) {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("headers sent, then no first token: SSE error event", func(t *testing.T) {
+		eng := &proxytest.Engine{Flavor: proxytest.VLLM, FirstDelay: 2 * time.Second}
+		s := newSetup(t, eng, Config{FirstTokenTimeout: 50 * time.Millisecond})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		evs := events(readAll(t, resp))
+		if resp.StatusCode != 200 || len(evs) != 2 || !strings.Contains(evs[1], `"type":"timeout_error"`) {
+			t.Fatalf("status %d events %q", resp.StatusCode, evs)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Reason != reasonFirstTokenTimeout {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("stream broken mid-way: SSE error event", func(t *testing.T) {
+		broken := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+			_ = http.NewResponseController(w).Flush()
+			panic(http.ErrAbortHandler) // cut the connection
+		})
+		s := newSetup(t, broken, Config{})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		evs := events(readAll(t, resp))
+		if len(evs) != 2 || !strings.Contains(evs[1], `"code":"stream_broken"`) {
+			t.Fatalf("events %q", evs)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.OutputChunks != 1 {
+			t.Fatalf("record %+v", r)
+		}
+	})
+	t.Run("engine 500 relayed", func(t *testing.T) {
+		e500 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			wire.WriteError(w, 500, wire.TypeServer, "", "engine exploded")
+		})
+		s := newSetup(t, e500, Config{})
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+		if body := readAll(t, resp); resp.StatusCode != 500 || !strings.Contains(body, "engine exploded") {
+			t.Fatalf("status %d body %s", resp.StatusCode, body)
+		}
+		if r := s.rec.last(t); r.Outcome != slo.EngineError || r.Status != 500 {
+			t.Fatalf("record %+v", r)
+		}
+	})
+}
