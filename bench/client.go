@@ -22,7 +22,8 @@ const (
 	// Completed: HTTP 200 and a stream that ended with [DONE] (or with a
 	// finish_reason before the connection closed).
 	Completed Outcome = iota
-	// Rejected: HTTP 429, an admission refusal. Never good.
+	// Rejected: HTTP 429 (or any status with an X-Kneecap-Reason header,
+	// as the gateway's 503 while draining), an admission refusal. Never good.
 	Rejected
 	// Failed: any other status, a transport error, an error event in the
 	// stream, a stream cut short or a request timeout. Never good.
@@ -57,6 +58,9 @@ type Record struct {
 	Err     string // why it failed, or the error message of a 429
 	// RetryAfter is the server's Retry-After on a 429 or 503; zero if none.
 	RetryAfter time.Duration
+	// Reason is the gateway's X-Kneecap-Reason header on a rejection
+	// (queue_full, queue_timeout, deadline, draining); empty if none.
+	Reason string
 
 	PromptTokens int
 	OutputTokens int
@@ -136,6 +140,9 @@ func (c *Config) body(req Request) []byte {
 // makes the record Unfinished.
 func (c *Config) send(ctx context.Context, client *http.Client, url string, req Request, due time.Time) Record {
 	rec := Record{Due: due, Class: req.Class, User: -1}
+	if req.MaxTokens > 1 {
+		rec.ITL = make([]time.Duration, 0, min(req.MaxTokens-1, 4096))
+	}
 	body := c.body(req)
 	rctx := ctx
 	if c.RequestTimeout > 0 {
@@ -167,7 +174,9 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 		rec.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		msg := errorMessage(resp.Body)
 		rec = rec.fail(ctx, resp.StatusCode, msg)
-		if resp.StatusCode == http.StatusTooManyRequests && rec.Outcome == Failed {
+		rec.Reason = resp.Header.Get("X-Kneecap-Reason")
+		// A 429, or the gateway's 503 while draining, is a refusal to admit.
+		if (resp.StatusCode == http.StatusTooManyRequests || rec.Reason != "") && rec.Outcome == Failed {
 			rec.Outcome = Rejected
 		}
 		return rec

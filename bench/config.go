@@ -285,6 +285,10 @@ type Config struct {
 	// was due. Zero means 10000.
 	MaxInFlight int
 
+	// RampUp spreads the start of closed-loop users evenly over this long
+	// (user u starts after u/users of it), so that they do not run in
+	// lockstep; zero starts them all at once, as vLLM's benchmark does.
+	RampUp time.Duration
 	// Warmup runs each level's load this long before its measured window.
 	Warmup time.Duration
 	// Duration is the length of each level's measured window; zero means

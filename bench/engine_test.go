@@ -43,6 +43,7 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.Reject != nil {
 		if ra, ok := s.Reject(n, r); ok {
+			w.Header().Set("X-Kneecap-Reason", "queue_full")
 			if ra != "" {
 				w.Header().Set("Retry-After", ra)
 			}

@@ -17,6 +17,9 @@ const minPause = 10 * time.Millisecond
 // one ended, until the level ends.
 func (r *levelRun) user(ctx context.Context, u int) {
 	rng := r.rng(u)
+	if ramp := r.cfg.RampUp; ramp > 0 && !sleep(ctx, ramp*time.Duration(u)/time.Duration(r.value)) {
+		return
+	}
 	for seq := 0; ctx.Err() == nil; seq++ {
 		req := r.cfg.Workload.Next(Slot{Level: r.index, User: u, Seq: seq, Elapsed: time.Since(r.start), Rand: rng})
 		rec := r.cfg.send(ctx, r.client, r.url, req, time.Now())

@@ -161,7 +161,7 @@ func TestRetryAfterHonouredAndBounded(t *testing.T) {
 		if len(recs) != 3 || recs[0].Outcome != Rejected || recs[1].Outcome != Rejected || recs[2].Outcome != Completed {
 			t.Fatalf("outcomes %v", recs)
 		}
-		if recs[0].Good || recs[0].RetryAfter != time.Second || !strings.Contains(recs[0].Err, "queue_full") {
+		if recs[0].Good || recs[0].RetryAfter != time.Second || recs[0].Reason != "queue_full" || !strings.Contains(recs[0].Err, "queue_full") {
 			t.Fatalf("rejection %+v", recs[0])
 		}
 		if w := recs[1].Due.Sub(recs[0].End); w != time.Second {

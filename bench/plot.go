@@ -40,7 +40,18 @@ var (
 // goodput against the level on the top panel, TTFT and TPOT percentiles
 // (log scale) with the targets drawn as flat lines on the bottom one.
 func (rep *Report) WritePlot(w io.Writer, format string) error {
-	top, bottom, err := rep.plots()
+	return writePlots(w, format, nil, []Report{*rep})
+}
+
+// WriteComparisonPlot draws several reports of the same levels on the same
+// two panels, one colour per report: goodput (solid) and throughput
+// (dotted); TTFT p50 (solid), TTFT p99 (dotted) and TPOT p50 (dashed).
+func WriteComparisonPlot(w io.Writer, format string, names []string, reps []Report) error {
+	return writePlots(w, format, names, reps)
+}
+
+func writePlots(w io.Writer, format string, names []string, reps []Report) error {
+	top, bottom, err := plots(names, reps)
 	if err != nil {
 		return err
 	}
@@ -64,10 +75,25 @@ func (rep *Report) WritePlot(w io.Writer, format string) error {
 	return err
 }
 
-func (rep *Report) plots() (top, bottom *plot.Plot, err error) {
-	if len(rep.Levels) == 0 {
+// line is one series to draw.
+type line struct {
+	p    *plot.Plot
+	name string
+	c    color.Color
+	dash []vg.Length
+	y    func(Summary) float64
+}
+
+var (
+	dashed = []vg.Length{vg.Points(4), vg.Points(2)}
+	dotted = []vg.Length{vg.Points(1), vg.Points(2)}
+)
+
+func plots(names []string, reps []Report) (top, bottom *plot.Plot, err error) {
+	if len(reps) == 0 || len(reps[0].Levels) == 0 {
 		return nil, nil, fmt.Errorf("plot: no levels")
 	}
+	rep := &reps[0]
 	xname := "concurrency (users)"
 	if rep.Mode == Open {
 		xname = "arrival rate (req/s)"
@@ -95,49 +121,36 @@ func (rep *Report) plots() (top, bottom *plot.Plot, err error) {
 		}
 	}
 	top.Y.Min = 0
-	series := func(p *plot.Plot, name string, c color.Color, dash bool, y func(Summary) float64) error {
-		var xy plotter.XYs
-		for _, lv := range rep.Levels {
-			v := y(lv.Summary)
-			if p == bottom && v <= 0 {
-				continue // no sample at this level, and log scale
-			}
-			xy = append(xy, plotter.XY{X: lv.Value, Y: v})
+	ms := func(d time.Duration) float64 { return msf(d) }
+	var lines []line
+	if len(reps) == 1 {
+		lines = []line{
+			{top, "throughput (req/s)", blue, nil, func(s Summary) float64 { return s.RequestThroughput }},
+			{top, "goodput (req/s)", green, nil, func(s Summary) float64 { return s.Goodput }},
+			{bottom, "TTFT p50", orange, nil, func(s Summary) float64 { return ms(s.TTFT.P50) }},
+			{bottom, "TTFT p99", red, nil, func(s Summary) float64 { return ms(s.TTFT.P99) }},
+			{bottom, "TPOT p50", blue, dashed, func(s Summary) float64 { return ms(s.TPOT.P50) }},
+			{bottom, "TPOT p90", green, dashed, func(s Summary) float64 { return ms(s.TPOT.P90) }},
+			{bottom, "TPOT p99", red, dashed, func(s Summary) float64 { return ms(s.TPOT.P99) }},
 		}
-		if len(xy) == 0 {
-			return nil
-		}
-		l, pts, err := plotter.NewLinePoints(xy)
-		if err != nil {
-			return err
-		}
-		l.Color, pts.Color = c, c
-		l.Width = vg.Points(1.5)
-		if dash {
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
-		}
-		p.Add(l, pts)
-		p.Legend.Add(name, l, pts)
-		return nil
-	}
-	msOf := func(d time.Duration) float64 { return msf(d) }
-	for _, s := range []struct {
-		p    *plot.Plot
-		name string
-		c    color.Color
-		dash bool
-		y    func(Summary) float64
-	}{
-		{top, "throughput (req/s)", blue, false, func(s Summary) float64 { return s.RequestThroughput }},
-		{top, "goodput (req/s)", green, false, func(s Summary) float64 { return s.Goodput }},
-		{bottom, "TTFT p50", orange, false, func(s Summary) float64 { return msOf(s.TTFT.P50) }},
-		{bottom, "TTFT p99", red, false, func(s Summary) float64 { return msOf(s.TTFT.P99) }},
-		{bottom, "TPOT p50", blue, true, func(s Summary) float64 { return msOf(s.TPOT.P50) }},
-		{bottom, "TPOT p90", green, true, func(s Summary) float64 { return msOf(s.TPOT.P90) }},
-		{bottom, "TPOT p99", red, true, func(s Summary) float64 { return msOf(s.TPOT.P99) }},
-	} {
-		if err := series(s.p, s.name, s.c, s.dash, s.y); err != nil {
+		if err := addLines(rep, lines, bottom); err != nil {
 			return nil, nil, err
+		}
+	} else {
+		palette := []color.Color{red, green, blue, orange}
+		for i := range reps {
+			c := palette[i%len(palette)]
+			n := names[i]
+			lines = []line{
+				{top, n + " goodput", c, nil, func(s Summary) float64 { return s.Goodput }},
+				{top, n + " throughput", c, dotted, func(s Summary) float64 { return s.RequestThroughput }},
+				{bottom, n + " TTFT p50", c, nil, func(s Summary) float64 { return ms(s.TTFT.P50) }},
+				{bottom, n + " TTFT p99", c, dotted, func(s Summary) float64 { return ms(s.TTFT.P99) }},
+				{bottom, n + " TPOT p50", c, dashed, func(s Summary) float64 { return ms(s.TPOT.P50) }},
+			}
+			if err := addLines(&reps[i], lines, bottom); err != nil {
+				return nil, nil, err
+			}
 		}
 	}
 	for _, t := range []struct {
@@ -159,11 +172,41 @@ func (rep *Report) plots() (top, bottom *plot.Plot, err error) {
 	if math.IsInf(bottom.Y.Min, 0) || bottom.Y.Min <= 0 || bottom.Y.Max <= bottom.Y.Min {
 		bottom.Y.Min, bottom.Y.Max = 1, 1000 // nothing measured: an empty, valid log axis
 	}
-	// Goodput and knee on one glance: rates of the best level in the title.
-	if k := rep.Knee(); k.Best >= 0 {
+	// Headroom above the data for the legends in the top-left corners.
+	top.Y.Max *= 1.4
+	bottom.Y.Max *= 6
+	if k := rep.Knee(); k.Best >= 0 && len(reps) == 1 {
 		top.Title.Text += fmt.Sprintf(" - best goodput at %s", level(rep.Mode, rep.Levels[k.Best].Value))
 	}
 	return top, bottom, nil
+}
+
+// addLines draws each series of rep; on the log-scale panel, levels with no
+// sample are left out.
+func addLines(rep *Report, lines []line, logPanel *plot.Plot) error {
+	for _, s := range lines {
+		var xy plotter.XYs
+		for _, lv := range rep.Levels {
+			v := s.y(lv.Summary)
+			if s.p == logPanel && v <= 0 {
+				continue
+			}
+			xy = append(xy, plotter.XY{X: lv.Value, Y: v})
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		l, pts, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return err
+		}
+		l.Color, pts.Color = s.c, s.c
+		l.Width = vg.Points(1.5)
+		l.Dashes = s.dash
+		s.p.Add(l, pts)
+		s.p.Legend.Add(s.name, l, pts)
+	}
+	return nil
 }
 
 // levelsSpan is the ratio of the highest level to the lowest.

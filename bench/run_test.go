@@ -326,3 +326,53 @@ func TestParsers(t *testing.T) {
 		t.Error("bad JSONL accepted")
 	}
 }
+
+func TestScaled(t *testing.T) {
+	rep := sampleReport()
+	sc := rep.Scaled(10)
+	a, b := rep.Levels[1].Summary, sc.Levels[1].Summary
+	if b.TTFT.P50 != 10*a.TTFT.P50 || !near(b.Goodput, a.Goodput/10) || sc.Targets.TPOT != time.Second ||
+		b.Duration != 100*time.Second || rep.Levels[1].Summary.TTFT.P50 != 400*time.Millisecond {
+		t.Fatalf("scaled %+v from %+v", b, a)
+	}
+}
+
+func TestRampUp(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &script{TTFT: 100 * time.Millisecond, Tokens: 1}
+		rep, err := Run(t.Context(), Config{BaseURL: "http://e", Client: servePipe(t, eng), Model: "m",
+			Levels: []float64{4}, RampUp: 2 * time.Second, Warmup: 3 * time.Second, Duration: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := map[int]time.Duration{}
+		for _, r := range rep.Levels[0].Records {
+			if _, ok := first[r.User]; !ok {
+				first[r.User] = r.Due.Sub(rep.Levels[0].Start)
+			}
+		}
+		for u := range 4 {
+			if first[u] != time.Duration(u)*500*time.Millisecond {
+				t.Errorf("user %d started at +%v", u, first[u])
+			}
+		}
+	})
+}
+
+// A request that outlives RequestTimeout fails (it is not merely unfinished)
+// and the user goes on.
+func TestRequestTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &script{TTFT: 2 * time.Second, Tokens: 1}
+		rep, err := Run(t.Context(), Config{BaseURL: "http://e", Client: servePipe(t, eng), Model: "m",
+			Levels: []float64{1}, Requests: 2, RequestTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := rep.Levels[0].Summary
+		r := rep.Levels[0].Records[0]
+		if s.Failed != 2 || r.Outcome != Failed || r.End.Sub(r.Due) != time.Second || !strings.Contains(r.Err, "deadline") {
+			t.Fatalf("summary %+v, first record %+v", s, r)
+		}
+	})
+}

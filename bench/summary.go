@@ -164,3 +164,34 @@ func (rep *Report) Knee() Knee {
 	}
 	return k
 }
+
+// Scaled returns the report as it reads in a clock f times slower: every
+// duration in the targets and summaries is multiplied by f and every rate
+// divided by f. It is for a simulated engine run with --time-scale f, whose
+// numbers then read in the engine's own time. Records are left as measured.
+func (rep Report) Scaled(f float64) Report {
+	if f == 1 || f <= 0 {
+		return rep
+	}
+	d := func(v time.Duration) time.Duration { return time.Duration(float64(v) * f) }
+	st := func(s Stats) Stats {
+		return Stats{N: s.N, Mean: d(s.Mean), Std: d(s.Std), P50: d(s.P50), P90: d(s.P90), P99: d(s.P99), Max: d(s.Max)}
+	}
+	rep.Targets = Targets{TTFT: d(rep.Targets.TTFT), TPOT: d(rep.Targets.TPOT), E2E: d(rep.Targets.E2E)}
+	levels := make([]Level, len(rep.Levels))
+	for i, lv := range rep.Levels {
+		s := &lv.Summary
+		s.Duration = d(s.Duration)
+		s.RequestThroughput /= f
+		s.Goodput /= f
+		s.OutputThroughput /= f
+		s.TotalThroughput /= f
+		s.TTFT, s.TPOT, s.ITL, s.E2E = st(s.TTFT), st(s.TPOT), st(s.ITL), st(s.E2E)
+		if rep.Mode == Open {
+			lv.Value /= f
+		}
+		levels[i] = lv
+	}
+	rep.Levels = levels
+	return rep
+}

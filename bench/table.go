@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"strconv"
@@ -112,42 +113,64 @@ func (rep *Report) KneeLines() []string {
 }
 
 // WriteComparison writes reports of the same levels side by side (goodput,
-// attainment, TTFT and TPOT), one column group per name.
+// TTFT and TPOT, rejected), one column group per name. Attainment is left
+// out: behind a gateway every retried rejection counts against it, so it
+// reads low exactly where the gateway does its job.
 func WriteComparison(w io.Writer, names []string, reps []Report) error {
 	if len(reps) == 0 {
 		return nil
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	var h1, h2 strings.Builder
-	h1.WriteString("\t")
-	h2.WriteString(strings.ToLower(reps[0].Mode.String()[:4]) + "\t")
-	for i, n := range names {
-		h1.WriteString(n + "\t\t\t\t\t\t\t")
-		if i < len(names)-1 {
-			h1.WriteString("|\t")
-		}
-		h2.WriteString("goodput\tattain\tTTFT p50\tp99\tTPOT p50\tp99\trej\t")
-		if i < len(names)-1 {
-			h2.WriteString("|\t")
-		}
+	var buf bytes.Buffer
+	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "conc\t"
+	if reps[0].Mode == Open {
+		head = "rate\t"
 	}
-	fmt.Fprintln(tw, h1.String())
-	fmt.Fprintln(tw, h2.String())
+	for i := range reps {
+		if i > 0 {
+			head += "|\t"
+		}
+		head += "goodput\tTTFT p50\tp99\tTPOT p50\tp99\trejected\t"
+	}
+	fmt.Fprintln(tw, head)
 	for li, lv := range reps[0].Levels {
 		row := level(reps[0].Mode, lv.Value) + "\t"
 		for i, rep := range reps {
-			if li < len(rep.Levels) {
-				s := rep.Levels[li].Summary
-				row += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%d\t", num(s.Goodput), pct(s.Attainment),
-					ms(s.TTFT.P50), ms(s.TTFT.P99), ms(s.TPOT.P50), ms(s.TPOT.P99), s.Rejected)
-			} else {
-				row += "\t\t\t\t\t\t\t"
-			}
-			if i < len(reps)-1 {
+			if i > 0 {
 				row += "|\t"
 			}
+			if li >= len(rep.Levels) {
+				row += strings.Repeat("\t", 6)
+				continue
+			}
+			s := rep.Levels[li].Summary
+			row += fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%d\t", num(s.Goodput),
+				ms(s.TTFT.P50), ms(s.TTFT.P99), ms(s.TPOT.P50), ms(s.TPOT.P99), s.Rejected)
 		}
 		fmt.Fprintln(tw, row)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// A line of names above the column groups, each starting where its
+	// group does: after the level column, and after each "|".
+	header, _, _ := strings.Cut(buf.String(), "\n")
+	starts := []int{strings.Index(header, "goodput")}
+	for i, c := range header {
+		if c == '|' {
+			starts = append(starts, i+3)
+		}
+	}
+	var line strings.Builder
+	for i, n := range names {
+		if i < len(starts) {
+			for line.Len() < starts[i] {
+				line.WriteByte(' ')
+			}
+		}
+		line.WriteString(n + " ")
+	}
+	fmt.Fprintln(w, strings.TrimRight(line.String(), " "))
+	_, err := w.Write(buf.Bytes())
+	return err
 }

@@ -33,8 +33,9 @@ func (h headerFlags) Set(v string) error {
 	return nil
 }
 
-// benchFlags are the flags of bench (and the load flags demo shares).
+// benchFlags are the flags of bench.
 type benchFlags struct {
+	timeScale           float64
 	cfg                 bench.Config
 	concurrency, rate   string
 	arrivals, endpoint  string
@@ -57,6 +58,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInFlight, "max-inflight", 0, "open loop: bound on requests in flight (default 10000)")
 	fs.DurationVar(&c.Duration, "duration", 0, "measured window per level (default 60s unless --requests)")
 	fs.IntVar(&c.Requests, "requests", 0, "end each level's window after this many requests ended in it")
+	fs.DurationVar(&c.RampUp, "ramp-up", 0, "closed loop: start users evenly over this long instead of all at once")
 	fs.DurationVar(&c.Warmup, "warmup", 10*time.Second, "load before each level's window, not counted")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "hard bound on the whole run (default: 2 x the planned time + 1m, or 30m with --requests)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 0, "bound on one request (default none)")
@@ -70,6 +72,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", 0, "closed loop: wait the server's Retry-After, at most this long, after a 429 (0: don't)")
 	fs.Var(f.header, "header", "extra request header \"Name: value\" (repeatable)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
+	fs.Float64Var(&f.timeScale, "time-scale", 1, "the server runs this many times faster than the time it models (kneecap sim --time-scale): targets and the report are in its time; --duration and --warmup stay wall time")
 }
 
 // config checks the flags and completes the Config.
@@ -121,6 +124,10 @@ func (f *benchFlags) config(stderr io.Writer) (bench.Config, error) {
 	if c.Targets, err = bench.ParseTargets(f.goodput); err != nil {
 		return c, usagef("--goodput: %v", err)
 	}
+	if f.timeScale <= 0 {
+		return c, usagef("--time-scale must be positive")
+	}
+	c.Targets = bench.Report{Targets: c.Targets}.Scaled(1 / f.timeScale).Targets
 	if len(f.header) > 0 {
 		c.Header = http.Header(f.header)
 	}
@@ -221,10 +228,16 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := f.checkOutputs(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "kneecap bench: %s, %s loop, %s, model %q\n", cfg.BaseURL,
-		map[bench.Mode]string{bench.Closed: "closed", bench.Open: "open"}[cfg.Mode], describeWorkload(cfg), cfg.Model)
+	fmt.Fprintf(stdout, "kneecap bench: %s, %s loop, %s\n", cfg.BaseURL,
+		map[bench.Mode]string{bench.Closed: "closed", bench.Open: "open"}[cfg.Mode], describeWorkload(cfg))
 	rep, runErr := bench.Run(ctx, cfg)
+	rep = rep.Scaled(f.timeScale)
 	if len(rep.Levels) > 0 {
+		fmt.Fprintf(stdout, "model %q, %s", rep.Model, rep.Workload)
+		if f.timeScale != 1 {
+			fmt.Fprintf(stdout, "; in the engine's time (it runs %gx faster)", f.timeScale)
+		}
+		fmt.Fprintln(stdout)
 		if err := rep.WriteTable(stdout); err != nil {
 			return err
 		}

@@ -75,10 +75,21 @@ func TestBenchBadFlags(t *testing.T) {
 		{"bench", "--base-url", "http://x", "--goodput", "ttft=soon"},
 		{"bench", "--base-url", "http://x", "--plot", "out.jpg"},
 		{"bench", "--base-url", "http://x", "--input-len", "many"},
+		{"bench", "--base-url", "http://x", "--time-scale", "0"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(context.Background(), args, &out, &errb); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %s)", args, code, errb.String())
 		}
+	}
+}
+
+func TestBenchOpenLoop(t *testing.T) {
+	srv := streamEngine(t)
+	var out, errb bytes.Buffer
+	code := run(context.Background(), []string{"bench", "--base-url", srv.URL, "--rate", "40,80", "--arrivals", "constant",
+		"--warmup", "0s", "--duration", "250ms", "--quiet"}, &out, &errb)
+	if code != 0 || !strings.Contains(out.String(), "80/s") || !strings.Contains(out.String(), "due (scheduled arrival)") || errb.Len() != 0 {
+		t.Fatalf("exit %d\nstdout %s\nstderr %s", code, out.String(), errb.String())
 	}
 }
