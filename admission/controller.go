@@ -159,6 +159,7 @@ type Controller struct {
 	ttftSamples    *sampleRing
 	tab            table
 	holdAvg        decayed // mean slot hold, measured
+	idle           decayed // time a freed slot waits for a request under demand
 	good, finished decayed // measured attainment
 	classes        map[slo.Targets]*decayed
 

@@ -133,6 +133,9 @@ func (c *Controller) plan(now time.Time) plan {
 	return p
 }
 
+// idleMemory is the time constant of the measured slot idle time.
+const idleMemory = 30 * time.Second
+
 // goodputOverride is how much more goodput a level missing the percentile
 // must promise to be chosen over the best one meeting it.
 const goodputOverride = 0.15
@@ -167,6 +170,13 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
 		return Decision{Cap: c.cap, Reason: c.reason}
+	}
+	if load.PeakQueued > 0 || load.Rejected > 0 {
+		// Slots free while requests were turned away or waited: each free
+		// slot wastes idle = Hold * free/running of every cycle.
+		h := c.predict(c.cap).Hold
+		free := float64(max(c.cap-load.Running, 0))
+		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h))
 	}
 	pl := c.plan(now)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
@@ -227,16 +237,20 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 // exceeds it (hysteresis), and of equals the smaller level is chosen.
 const goodputSlack = 0.03
 
-// goodput is the predicted goodput at n with the engine full:
+// goodput is the predicted goodput at n:
 //
-//	G(n) = n / Hold(n) * sum_k share_k * A_k(n)
+//	G(n) = n / (Hold(n) + idle) * sum_k share_k * A_k(n)
 //
-// (Little's law times the predicted share meeting each class's targets).
+// Little's law times the predicted share meeting each class's targets,
+// where idle is the measured time a freed slot waits for its next request
+// while there is demand (clients return at whole-second Retry-Afters): a
+// small cap loses a larger share of its time to it.
 func (c *Controller) goodput(classes []class, n int) float64 {
 	h := c.predict(n).Hold
 	if h <= 0 {
 		return 0
 	}
+	h += c.idle.mean()
 	att := 0.0
 	for _, k := range classes {
 		if a := c.attainment(k.t); n < len(a) {
