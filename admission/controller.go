@@ -151,15 +151,19 @@ const (
 type Controller struct {
 	cfg ControllerConfig
 
-	gap, ttft      *curve // mean per-chunk gap and engine TTFT against running
-	gapShift       *shiftDetector
-	ttftShift      *shiftDetector
-	tpotR, ttftR   *ratioRing // spread of finished TPOT, of engine TTFT
-	outTokens      *ratioRing // output tokens of recent requests (raw)
-	ttftSamples    *sampleRing
-	tab            table
-	holdAvg        decayed // mean slot hold, measured
-	idle           decayed // time a freed slot waits for a request under demand
+	gap, ttft    *curve // mean per-chunk gap and engine TTFT against running
+	gapShift     *shiftDetector
+	ttftShift    *shiftDetector
+	tpotR, ttftR *ratioRing // spread of finished TPOT, of engine TTFT
+	outTokens    *ratioRing // output tokens of recent requests (raw)
+	ttftSamples  *sampleRing
+	tab          table
+	holdAvg      decayed // mean slot hold, measured
+	idle         decayed // time a freed slot waits for a request under demand
+	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
+	dwell          []decayed
+	lastDwell      time.Time
+	goodSince      int
 	good, finished decayed // measured attainment
 	classes        map[slo.Targets]*decayed
 
@@ -251,6 +255,8 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	}
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
 	clear(c.failed)     // what failed before may work now, and vice versa
+	c.idle = decayed{}
+	clear(c.dwell) // goodput measured in the old regime
 	// The spreads were measured against the old model.
 	c.tpotR.reset()
 	c.ttftR.reset()
@@ -267,6 +273,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	tau := c.cfg.Memory
 	c.finished.add(now, tau, 1)
 	if f.Good {
+		c.goodSince++
 		c.good.add(now, tau, 1)
 	} else {
 		c.good.decay(now, tau)

@@ -103,13 +103,13 @@ type plan struct {
 
 // plan computes the target level:
 //
-//	nF = the goodput-best level (smallest within 3 %) among those whose
+//	nF = the goodput-best level (largest within 3 %) among those whose
 //	     predicted attainment is at least P;
 //	nX = the goodput-best level among all within reach (up to 2 cap + 16);
 //	target = nX if G(nX) > 1.15 G(nF), else nF.
 //
 // The percentile is the margin the operator asked for; goodput is the
-// objective. When holding every target for a share P costs more than 15 %
+// objective. When holding every target for a share P costs more than 10 %
 // of the goodput (a slow engine whose prefills collide), goodput wins and
 // the reason says so.
 func (c *Controller) plan(now time.Time) plan {
@@ -137,13 +137,19 @@ func (c *Controller) plan(now time.Time) plan {
 const idleMemory = 30 * time.Second
 
 // goodputOverride is how much more goodput a level missing the percentile
-// must promise to be chosen over the best one meeting it.
-const goodputOverride = 0.15
+// must promise to be chosen over the best one meeting it; missTolerance is
+// how far below P the cap's predicted attainment may sit (its estimate is
+// noisy: from 60 samples, +-0.04) before the cap counts as missing P.
+const (
+	goodputOverride = 0.10
+	missTolerance   = 0.03
+)
 
 // Decide refits the model and moves the cap towards the plan's target:
 //   - lower, by one (by up to half the cap when its predicted attainment
 //     is more than 0.2 below P), when the target is below the cap and the
-//     cap either misses P (and the engine ran above the target) or
+//     cap either misses P by more than 0.03 (and the engine ran above the
+//     target) or
 //     predicts less goodput than the target by more than 3 %;
 //   - raise, by at most a quarter of the cap, towards a target above it
 //     that predicts more goodput by more than 3 %, when there is demand:
@@ -162,6 +168,7 @@ const goodputOverride = 0.15
 // so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
+	c.noteDwell(now)
 	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
@@ -183,7 +190,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
-	missing := pl.aCap < c.cfg.Percentile && !(pl.over && pl.target == c.cap)
+	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap)
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
@@ -257,11 +264,63 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 			att += k.share * a[n]
 		}
 	}
-	return float64(n) / h * att
+	if att < minAttainment {
+		return 0 // not an operating point, whatever was measured before
+	}
+	g := float64(n) / h * att
+	// Feedback: where the cap has held long enough, the goodput measured
+	// there (good completions per second of holding) takes over from the
+	// prediction, w = min(1, dwell / 60s); it carries what the model
+	// leaves out (slots idle between clients, queue waits, misses).
+	if n < len(c.dwell) {
+		if d := c.dwell[n].w; d >= minDwell {
+			w := math.Min(1, d/fullDwell)
+			g = w*c.dwell[n].sum/d + (1-w)*g
+		}
+	}
+	return g
 }
 
-// goodputBest returns, among levels lo..hi, the smallest whose predicted
-// goodput is within goodputSlack of the highest, and that highest.
+// Dwell needed before a level's measured goodput is used, and for it to
+// replace the prediction; minAttainment is the predicted attainment below
+// which a level is never chosen.
+const (
+	minAttainment = 0.5
+	minDwell      = 20 // seconds
+	fullDwell     = 60
+)
+
+// noteDwell credits the time since the last decision to the cap held, and
+// counts good completions to the cap that saw them end. Both decay with
+// the model's memory, doubled: a level measured a while ago still
+// informs the choice, but less.
+func (c *Controller) noteDwell(now time.Time) {
+	if len(c.dwell) != c.cfg.MaxCap+1 {
+		c.dwell = make([]decayed, c.cfg.MaxCap+1)
+	}
+	if !c.lastDwell.IsZero() {
+		if dt := now.Sub(c.lastDwell).Seconds(); dt > 0 && dt < 10 {
+			tau := 2 * c.cfg.Memory
+			for i := range c.dwell {
+				if c.dwell[i].w > 0 {
+					c.dwell[i].decay(now, tau)
+				}
+			}
+			l := &c.dwell[c.cap]
+			l.decay(now, tau)
+			l.w += dt
+			l.sum += float64(c.goodSince)
+		}
+	}
+	c.lastDwell, c.goodSince = now, 0
+}
+
+// goodputBest returns, among levels lo..hi, the largest whose predicted
+// goodput is within goodputSlack of the highest, and that highest. Of
+// levels with equal goodput the larger one is chosen: a slot left idle
+// between a release and the next admission costs a small cap a larger
+// share of its throughput, and where the engine is saturated more running
+// requests do not cost goodput.
 func (c *Controller) goodputBest(classes []class, lo, hi int) (int, float64) {
 	lo, hi = max(lo, c.cfg.MinCap), min(hi, c.cfg.MaxCap)
 	if hi < lo {
@@ -273,12 +332,12 @@ func (c *Controller) goodputBest(classes []class, lo, hi int) (int, float64) {
 		g[n-lo] = c.goodput(classes, n)
 		gMax = max(gMax, g[n-lo])
 	}
-	for n := lo; n <= hi; n++ {
+	for n := hi; n >= lo; n-- {
 		if g[n-lo] >= (1-goodputSlack)*gMax {
 			return n, gMax
 		}
 	}
-	return hi, gMax
+	return lo, gMax
 }
 
 // failure is the record of the cap having been lowered from a level.
