@@ -189,7 +189,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		gap:         newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
 		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
-		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.5, 6, 15),
+		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.35, 6, 15),
 		tpotR:       newRatioRing(256, 2*tau),
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),

@@ -149,7 +149,8 @@ const (
 //   - lower, by one (by up to half the cap when its predicted attainment
 //     is more than 0.2 below P), when the target is below the cap and the
 //     cap either misses P by more than 0.03 (and the engine ran above the
-//     target) or
+//     target, and the target does not cost more than 10 % of the goodput:
+//     where it would, goodput wins, as for raises) or
 //     predicts less goodput than the target by more than 3 %;
 //   - raise, by at most a quarter of the cap, towards a target above it
 //     that predicts more goodput by more than 3 %, when there is demand:
@@ -194,7 +195,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
-	case pl.target < c.cap && missing && load.PeakRunning > pl.target:
+	case pl.target < c.cap && missing && load.PeakRunning > pl.target && pl.gT >= (1-goodputOverride)*pl.gCap:
 		step := 1
 		if pl.aCap < c.cfg.Percentile-bigViolation {
 			step = max(1, int(float64(c.cap)*lowerStep))
@@ -209,9 +210,10 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
-	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && c.mayRaiseTo(now, c.cap+1):
+	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)):
+		// A level barred for missing P may still be chosen for goodput.
 		c.cap = min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
-		for n := old + 2; n <= c.cap; n++ {
+		for n := old + 2; n <= c.cap && !pl.over; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1
 				break
@@ -292,15 +294,15 @@ const (
 
 // noteDwell credits the time since the last decision to the cap held, and
 // counts good completions to the cap that saw them end. Both decay with
-// the model's memory, doubled: a level measured a while ago still
-// informs the choice, but less.
+// the model's memory: a level measured a while ago still informs the
+// choice, but less.
 func (c *Controller) noteDwell(now time.Time) {
 	if len(c.dwell) != c.cfg.MaxCap+1 {
 		c.dwell = make([]decayed, c.cfg.MaxCap+1)
 	}
 	if !c.lastDwell.IsZero() {
 		if dt := now.Sub(c.lastDwell).Seconds(); dt > 0 && dt < 10 {
-			tau := 2 * c.cfg.Memory
+			tau := c.cfg.Memory
 			for i := range c.dwell {
 				if c.dwell[i].w > 0 {
 					c.dwell[i].decay(now, tau)
