@@ -69,6 +69,11 @@ func ConfigFromEnv(environ []string) (Config, error) {
 		if errors.As(err, &agg) && len(agg.Errors) > 0 {
 			err = agg.Errors[0]
 		}
+		var pe env.ParseError
+		if errors.As(err, &pe) {
+			name := map[string]string{"Percentile": "SLO_PERCENTILE", "MinCap": "MIN_CAP", "MaxCap": "MAX_CAP"}[pe.Name]
+			return c, fmt.Errorf("%s%s: %w", gateway.EnvPrefix, name, pe.Err)
+		}
 		return c, err
 	}
 	switch {
