@@ -72,10 +72,7 @@ func (c *Controller) spreadAt(now time.Time) spread {
 //
 // Engine TTFT's spread grows with the running count (prefills collide more
 // often), so its P-quantile and median at n are estimated from the recent
-// samples near n (see localQuantile), each moved to n by the difference in
-// step time, gap(n) - gap(n_i): a new request waits about one step for its
-// prefill to start. (Moving them along the fitted TTFT curve instead let a
-// few collisions at one level shift every sample by its steep slope.) Predictions are made non-decreasing
+// samples near n (see localQuantile). Predictions are made non-decreasing
 // in n: more requests running never make a step faster.
 func (c *Controller) refresh(now time.Time) {
 	c.gap.fit(now)
@@ -110,9 +107,9 @@ func (c *Controller) refresh(now time.Time) {
 		}
 		f := c.ttft.at(float64(n))
 		q, mf := s.qTTFT*f, s.mTTFT*f
-		if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.gap.at, buf); ok {
+		if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
 			q = lq
-			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.gap.at, buf)
+			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.ttft.at, buf)
 		}
 		x := prediction{TPOT: s.qTPOT * g, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f}
 		x.TPOT = math.Max(x.TPOT, prev.TPOT)
@@ -134,7 +131,7 @@ func (c *Controller) predict(n int) prediction {
 // with targets t that would meet all of them at running count n:
 //
 //	A(n) = A_ttft(n) * A_tpot(n) * [E2E_P(n) <= T_e2e]
-//	A_ttft(n) = sum_i w_i s(T_ttft - y_i - gap(n) + gap(n_i)) / sum_i w_i
+//	A_ttft(n) = sum_i w_i s(T_ttft - y_i - ttft(n) + ttft(n_i)) / sum_i w_i
 //	A_tpot(n) = mean_j s(T_tpot - r_j gap(n))
 //
 // with the engine TTFT samples y_i weighted as in localQuantile, the TPOT
@@ -164,7 +161,7 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 				sw, sa := 0.0, 0.0
 				for _, smp := range c.tab.ttf {
 					w := math.Exp(-float64(c.tab.at.Sub(smp.t))/float64(c.cfg.Memory) - math.Abs(float64(n-smp.n)))
-					y := smp.y + x.Gap - c.gap.at(float64(smp.n))
+					y := smp.y + x.CurveTTFT - c.ttft.at(float64(smp.n))
 					sw += w
 					sa += w * step(tt-y, 0.005*tt)
 				}
