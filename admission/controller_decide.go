@@ -272,7 +272,7 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 	g := float64(n) / h * att
 	// Feedback: where the cap has held long enough, the goodput measured
 	// there (good completions per second of holding) takes over from the
-	// prediction, w = min(1, dwell / 30s); it carries what the model
+	// prediction, w = min(1, dwell / 60s); it carries what the model
 	// leaves out (slots idle between clients, queue waits, misses).
 	if n < len(c.dwell) {
 		if d := c.dwell[n].w; d >= minDwell {
@@ -288,8 +288,8 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 // which a level is never chosen.
 const (
 	minAttainment = 0.5
-	minDwell      = 10 // seconds
-	fullDwell     = 30
+	minDwell      = 20 // seconds
+	fullDwell     = 60
 )
 
 // noteDwell credits the time since the last decision to the cap held, and
