@@ -123,24 +123,53 @@ const (
 // Controller chooses the concurrency cap from live measurements. It is pure
 // logic: every method takes the time as an argument and it starts nothing.
 // It is not safe for concurrent use; the Runner serialises calls.
+//
+// What it learns, each sample tagged with n, the requests running on the
+// engine at that moment:
+//
+//   - the gap between output chunks of running streams (live, every chunk):
+//     the decode step, gap(n) = a + b n, memory-bandwidth bound (weights
+//     plus the KV cache of n sequences), fitted over forgotten per-level
+//     means, each level's own mean taking over where it has samples;
+//   - engine TTFT at each first output chunk: its P-quantile and median at
+//     n from the samples near n (prefills collide more often as n grows,
+//     so the spread is level-dependent), moved along a mean curve that
+//     grows with the step time;
+//   - finished requests: TPOT / gap(n), the spread of TPOT around the step
+//     time (stalls by a neighbour's prefill, chunks of several tokens), the
+//     output length and the targets each request carried (classes).
+//
+// From these, per level n: the predicted attainment A(n) (share of
+// requests meeting every target of their class), the mean slot hold
+// Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
+// (Little's law). Decide keeps the cap at the smallest level within 3 % of
+// the best goodput among those with A >= P, and moves it in bounded steps
+// with hysteresis (see Decide). A shift in the step time or engine TTFT at
+// the cap's level cuts the memory. Admit is the deadline-aware queue:
+// predicted wait + engine TTFT against the request's TTFT target, and a
+// Retry-After that is the predicted time until a slot frees.
 type Controller struct {
 	cfg ControllerConfig
 
-	gap, ttft      *curve // mean per-chunk gap and engine TTFT against running
-	gapShift       *shiftDetector
-	ttftShift      *shiftDetector
-	tpotR, ttftR   *ratioRing // spread of finished TPOT, of engine TTFT
-	outTokens      *ratioRing // output tokens of recent requests (raw)
-	ttftSamples    *sampleRing
-	tab            table
-	holdAvg        decayed // mean slot hold, measured
+	gap, ttft    *curve // mean per-chunk gap and engine TTFT against running
+	gapShift     *shiftDetector
+	ttftShift    *shiftDetector
+	tpotR, ttftR *ratioRing // spread of finished TPOT, of engine TTFT
+	outTokens    *ratioRing // output tokens of recent requests (raw)
+	ttftSamples  *sampleRing
+	tab          table
+	holdAvg      decayed // mean slot hold, measured
+	idle         decayed // time a freed slot waits for a request under demand
+	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
+	dwell          []decayed
+	lastDwell      time.Time
+	goodSince      int
 	good, finished decayed // measured attainment
 	classes        map[slo.Targets]*decayed
 
 	cap       int
 	reason    string
 	changedAt time.Time
-	lastProbe time.Time
 	shiftAt   time.Time // requests started before it straddle the shift
 	// failed remembers the levels the cap was lowered from: raising back to
 	// one waits a backoff that doubles with each failure there.
@@ -160,7 +189,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		gap:         newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
 		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
-		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.5, 6, 15),
+		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.35, 6, 15),
 		tpotR:       newRatioRing(256, 2*tau),
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),
@@ -226,6 +255,8 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	}
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
 	clear(c.failed)     // what failed before may work now, and vice versa
+	c.idle = decayed{}
+	clear(c.dwell) // goodput measured in the old regime
 	// The spreads were measured against the old model.
 	c.tpotR.reset()
 	c.ttftR.reset()
@@ -242,6 +273,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	tau := c.cfg.Memory
 	c.finished.add(now, tau, 1)
 	if f.Good {
+		c.goodSince++
 		c.good.add(now, tau, 1)
 	} else {
 		c.good.decay(now, tau)

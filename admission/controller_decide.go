@@ -90,30 +90,86 @@ func (c *Controller) best(classes []class, thr float64) int {
 	return bestN
 }
 
-// Decide refits the model and moves the cap:
-//   - lower, by one (by up to half the cap when the predicted attainment is
-//     more than 0.2 below the percentile P), when the cap's predicted
-//     attainment is below P and the engine ran above the largest level
-//     whose attainment is at least P;
-//   - raise, by at most a quarter of the cap, when a larger level's
-//     predicted attainment is at least P + 0.04 (the hysteresis: the cap
-//     holds still while its attainment lies in [P, P + 0.04)) and there is
-//     demand: requests queued or refused, or the engine within
-//     max(1, cap/8) of the cap;
-//   - probe one above the cap, at most once per Memory, when there is
-//     demand, the cap meets the shrunk targets, and the level above has no
-//     recent samples
-//     (the model cannot know it: with one level measured, it extrapolates
-//     proportionally, which is conservative);
+// plan is where the model would put the cap now.
+type plan struct {
+	target int     // the level to move towards
+	gT     float64 // its predicted goodput
+	gCap   float64 // the cap's predicted goodput
+	aCap   float64 // the cap's predicted attainment (operator's targets)
+	down   int     // the nearest level at or below the cap meeting P
+	up     int     // the end of the run of levels above the cap meeting P + hysteresis
+	over   bool    // target chosen for goodput although it misses P
+}
+
+// plan computes the target level:
+//
+//	nF = the goodput-best level (largest within 3 %) among those whose
+//	     predicted attainment is at least P;
+//	nX = the goodput-best level among all within reach (up to 2 cap + 16);
+//	target = nX if G(nX) > 1.15 G(nF), else nF.
+//
+// The percentile is the margin the operator asked for; goodput is the
+// objective. When holding every target for a share P costs more than 10 %
+// of the goodput (a slow engine whose prefills collide), goodput wins and
+// the reason says so.
+func (c *Controller) plan(now time.Time) plan {
+	classes := c.classShares(now)
+	p := plan{
+		up:   c.best(classes, c.cfg.Percentile+hysteresis),
+		down: c.best(classes, c.cfg.Percentile),
+		gCap: c.goodput(classes, c.cap),
+		aCap: c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
+	}
+	limit := p.down
+	if limit >= c.cap {
+		limit = max(limit, p.up)
+	}
+	nF, gF := c.goodputBest(classes, c.cfg.MinCap, limit)
+	nX, gX := c.goodputBest(classes, c.cfg.MinCap, min(c.cfg.MaxCap, 2*c.cap+16))
+	p.target, p.gT = nF, gF
+	if gX > (1+goodputOverride)*gF {
+		p.target, p.gT, p.over = nX, gX, true
+	}
+	return p
+}
+
+// idleMemory is the time constant of the measured slot idle time.
+const idleMemory = 30 * time.Second
+
+// goodputOverride is how much more goodput a level missing the percentile
+// must promise to be chosen over the best one meeting it; missTolerance is
+// how far below P the cap's predicted attainment may sit (its estimate is
+// noisy: from 60 samples, +-0.04) before the cap counts as missing P.
+const (
+	goodputOverride = 0.10
+	missTolerance   = 0.03
+)
+
+// Decide refits the model and moves the cap towards the plan's target:
+//   - lower, by one (by up to half the cap when its predicted attainment
+//     is more than 0.2 below P), when the target is below the cap and the
+//     cap either misses P by more than 0.03 (and the engine ran above the
+//     target, and the target does not cost more than 10 % of the goodput:
+//     where it would, goodput wins, as for raises) or
+//     predicts less goodput than the target by more than 3 %;
+//   - raise, by at most a quarter of the cap, towards a target above it
+//     that predicts more goodput by more than 3 %, when there is demand:
+//     requests queued or refused, or the engine within max(1, cap/8) of
+//     the cap. Levels above the cap count as meeting P only from P + 0.04
+//     (hysteresis);
+//   - probe one above the cap when there is demand, the model rests on
+//     one level and the level above has no recent samples (the model
+//     cannot know it: from one level it extrapolates proportionally, which
+//     predicts no gain in throughput);
 //   - otherwise hold.
 //
-// A level the cap was lowered from is barred from raises for 30s, doubling
-// with each further failure there up to 5 minutes (cleared by a shift).
-//
-// Every change waits settleTime (2s) after the previous one, so that the
-// level it moved to is measured before the next.
+// A level the cap was lowered from for missing P is barred from raises for
+// 30s, doubling with each further failure there up to 5 minutes (cleared
+// by a shift). Every change waits settleTime (2s) after the previous one,
+// so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
+	c.noteDwell(now)
 	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
@@ -123,49 +179,167 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.reason = "learning: no measurements yet"
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
-	classes := c.classShares(now)
-	up := c.best(classes, c.cfg.Percentile+hysteresis)
-	down := c.best(classes, c.cfg.Percentile)
+	if load.PeakQueued > 0 || load.Rejected > 0 {
+		// Slots free while requests were turned away or waited: each free
+		// slot wastes idle = Hold * free/running of every cycle.
+		h := c.predict(c.cap).Hold
+		free := float64(max(c.cap-load.Running, 0))
+		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h))
+	}
+	pl := c.plan(now)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
-	// Each change waits for measurements at the level it left behind.
 	settled := now.Sub(c.changedAt) >= settleTime
+	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap)
 	switch {
-	case down < c.cap && c.cap > c.cfg.MinCap && load.PeakRunning > down && settled:
+	case !settled:
+		return Decision{Cap: c.cap, Reason: c.reason}
+	case pl.target < c.cap && missing && load.PeakRunning > pl.target && pl.gT >= (1-goodputOverride)*pl.gCap:
 		step := 1
-		if c.attainment(c.targetsOf(slo.Targets{}))[c.cap] < c.cfg.Percentile-bigViolation {
+		if pl.aCap < c.cfg.Percentile-bigViolation {
 			step = max(1, int(float64(c.cap)*lowerStep))
 		}
-		c.cap = max(down, c.cap-step, c.cfg.MinCap)
+		c.cap = max(pl.target, c.cap-step, c.cfg.MinCap)
 		f := c.failed[old]
 		c.failed[old] = failure{at: now, count: f.count + 1}
 		p := c.predict(old)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
-			old, c.cap, old, c.attainment(c.targetsOf(slo.Targets{}))[old], c.cfg.Percentile,
-			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), down)
-	case up > c.cap && demand && settled && c.mayRaiseTo(now, c.cap+1):
-		c.cap = min(up, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
-		for n := old + 2; n <= c.cap; n++ {
+			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
+	case pl.target < c.cap && pl.gCap < (1-goodputSlack)*pl.gT:
+		c.cap--
+		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
+			old, c.cap, pl.gCap, old, pl.gT, pl.target)
+	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)):
+		// A level barred for missing P may still be chosen for goodput.
+		c.cap = min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
+		for n := old + 2; n <= c.cap && !pl.over; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1
 				break
 			}
 		}
-		p := c.predict(c.cap)
-		c.reason = fmt.Sprintf("raise %d->%d: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
-			old, c.cap, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
-			100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), up)
-
-	case demand && up >= c.cap && settled && c.shouldProbe() && now.Sub(c.lastProbe) >= c.cfg.Memory:
+		c.reason = c.raiseReason(old, pl, "")
+	case demand && pl.up >= c.cap && c.shouldProbe():
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
-		c.lastProbe = now
 	default:
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+func (c *Controller) raiseReason(old int, pl plan, how string) string {
+	p := c.predict(c.cap)
+	why := "meets the targets"
+	if pl.over {
+		why = fmt.Sprintf("below P%.0f but more goodput", 100*c.cfg.Percentile)
+	}
+	return fmt.Sprintf("raise %d->%d%s: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), %s: goodput %.3f req/s at %d vs %.3f at %d",
+		old, c.cap, how, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap], 100*c.cfg.Percentile,
+		dur(p.TPOT), dur(p.TTFT), why, pl.gT, pl.target, pl.gCap, old)
+}
+
+// goodputSlack is the relative difference of predicted goodput below which
+// two levels count as equal: the cap moves for goodput only when the gain
+// exceeds it (hysteresis), and of equals the smaller level is chosen.
+const goodputSlack = 0.03
+
+// goodput is the predicted goodput at n:
+//
+//	G(n) = n / (Hold(n) + idle) * sum_k share_k * A_k(n)
+//
+// Little's law times the predicted share meeting each class's targets,
+// where idle is the measured time a freed slot waits for its next request
+// while there is demand (clients return at whole-second Retry-Afters): a
+// small cap loses a larger share of its time to it.
+func (c *Controller) goodput(classes []class, n int) float64 {
+	h := c.predict(n).Hold
+	if h <= 0 {
+		return 0
+	}
+	h += c.idle.mean()
+	att := 0.0
+	for _, k := range classes {
+		if a := c.attainment(k.t); n < len(a) {
+			att += k.share * a[n]
+		}
+	}
+	if att < minAttainment {
+		return 0 // not an operating point, whatever was measured before
+	}
+	g := float64(n) / h * att
+	// Feedback: where the cap has held long enough, the goodput measured
+	// there (good completions per second of holding) takes over from the
+	// prediction, w = min(1, dwell / 60s); it carries what the model
+	// leaves out (slots idle between clients, queue waits, misses).
+	if n < len(c.dwell) {
+		if d := c.dwell[n].w; d >= minDwell {
+			w := math.Min(1, d/fullDwell)
+			g = w*c.dwell[n].sum/d + (1-w)*g
+		}
+	}
+	return g
+}
+
+// Dwell needed before a level's measured goodput is used, and for it to
+// replace the prediction; minAttainment is the predicted attainment below
+// which a level is never chosen.
+const (
+	minAttainment = 0.5
+	minDwell      = 20 // seconds
+	fullDwell     = 60
+)
+
+// noteDwell credits the time since the last decision to the cap held, and
+// counts good completions to the cap that saw them end. Both decay with
+// the model's memory: a level measured a while ago still informs the
+// choice, but less.
+func (c *Controller) noteDwell(now time.Time) {
+	if len(c.dwell) != c.cfg.MaxCap+1 {
+		c.dwell = make([]decayed, c.cfg.MaxCap+1)
+	}
+	if !c.lastDwell.IsZero() {
+		if dt := now.Sub(c.lastDwell).Seconds(); dt > 0 && dt < 10 {
+			tau := c.cfg.Memory
+			for i := range c.dwell {
+				if c.dwell[i].w > 0 {
+					c.dwell[i].decay(now, tau)
+				}
+			}
+			l := &c.dwell[c.cap]
+			l.decay(now, tau)
+			l.w += dt
+			l.sum += float64(c.goodSince)
+		}
+	}
+	c.lastDwell, c.goodSince = now, 0
+}
+
+// goodputBest returns, among levels lo..hi, the largest whose predicted
+// goodput is within goodputSlack of the highest, and that highest. Of
+// levels with equal goodput the larger one is chosen: a slot left idle
+// between a release and the next admission costs a small cap a larger
+// share of its throughput, and where the engine is saturated more running
+// requests do not cost goodput.
+func (c *Controller) goodputBest(classes []class, lo, hi int) (int, float64) {
+	lo, hi = max(lo, c.cfg.MinCap), min(hi, c.cfg.MaxCap)
+	if hi < lo {
+		return lo, c.goodput(classes, lo)
+	}
+	g := make([]float64, hi-lo+1)
+	gMax := 0.0
+	for n := lo; n <= hi; n++ {
+		g[n-lo] = c.goodput(classes, n)
+		gMax = max(gMax, g[n-lo])
+	}
+	for n := hi; n >= lo; n-- {
+		if g[n-lo] >= (1-goodputSlack)*gMax {
+			return n, gMax
+		}
+	}
+	return lo, gMax
 }
 
 // failure is the record of the cap having been lowered from a level.

@@ -186,7 +186,8 @@ func (c *curve) level(n int) (w, mean float64) {
 // shiftDetector watches one latency for a change of regime (an engine
 // slowdown or restart, longer prompts). Per running count it keeps two
 // forgotten means of winsorised samples, min(y, 3*long mean), over a long
-// (the model's memory) and a short window; at the level the cap holds,
+// (the model's memory) and a short window; at the level the cap holds and
+// the one below,
 //
 //	R = short mean / long mean
 //
@@ -221,14 +222,21 @@ func (s *shiftDetector) add(now time.Time, n int, y float64) {
 // check returns R at level n and whether it stayed out of band for two
 // checks in a row (then the detector clears its short memory).
 func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
-	l := &s.lv[max(1, min(n, len(s.lv)-1))]
-	l.long.decay(now, s.long)
-	l.short.decay(now, s.short)
-	if l.short.w < s.minShort || l.long.w < s.minLon {
+	// The cap's level and the one below it (running dips below the cap
+	// between a release and the next admission) are pooled.
+	var short, long decayed
+	for m := max(1, n-1); m <= min(n, len(s.lv)-1); m++ {
+		l := &s.lv[m]
+		l.long.decay(now, s.long)
+		l.short.decay(now, s.short)
+		short.w, short.sum = short.w+l.short.w, short.sum+l.short.sum
+		long.w, long.sum = long.w+l.long.w, long.sum+l.long.sum
+	}
+	if short.w < s.minShort || long.w < s.minLon {
 		s.strikes = 0
 		return 1, false
 	}
-	r := l.short.mean() / l.long.mean()
+	r := short.mean() / long.mean()
 	if r <= s.k && r >= 1/s.k {
 		s.strikes = 0
 		return r, false

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"fmt"
 	"github.com/kneecap/kneecap/slo"
 	"time"
 )
@@ -67,10 +66,10 @@ type Verdict struct {
 
 // Admit answers a request that would have to queue.
 //
-// First, demand: if the model predicts that the cap plus one still meets
-// the targets shrunk by the hysteresis, the cap is raised by one at once
-// (if it has not changed for settleTime), so that a request never waits behind a cap
-// the model already knows to be too low (light load, a burst).
+// First, demand: if the model's plan (see Decide) puts the target above
+// the cap, the cap is raised by one at once (if it has not changed for
+// settleTime), so that a request never waits behind a cap the model
+// already knows to be too low (light load, a burst).
 //
 // Otherwise the deadline check: the request is refused at once when
 //
@@ -102,15 +101,14 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
-	if c.best(c.classShares(now), c.cfg.Percentile+hysteresis) <= c.cap {
+	pl := c.plan(now)
+	if pl.target <= c.cap || pl.gT <= (1+goodputSlack)*pl.gCap {
 		return false
 	}
 	old := c.cap
 	c.cap++
 	c.changedAt = now
-	p := c.predict(c.cap)
-	c.reason = fmt.Sprintf("raise %d->%d on demand: at %d predicted P%.0f TPOT %s, engine TTFT %s",
-		old, c.cap, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT))
+	c.reason = c.raiseReason(old, pl, " on demand")
 	return true
 }
 

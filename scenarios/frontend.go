@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"sync"
 	"time"
@@ -29,8 +30,8 @@ type frontend struct {
 // deadline check and Retry-After but never moves the cap), so the oracle
 // differs from the adaptive run only in how the cap is chosen; a peer
 // drives the same limiter with its own algorithm and no deadline check.
-func newFrontend(r Run, engine *pipeListener, traffic, admin *pipeListener, log *slog.Logger) (*frontend, error) {
-	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.name}
+func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
+	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host}
 	if r.Mode.Kind == "static" {
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
 	}
@@ -69,7 +70,7 @@ func newFrontend(r Run, engine *pipeListener, traffic, admin *pipeListener, log 
 		return nil, fmt.Errorf("unknown mode %q", r.Mode.Kind)
 	}
 	fe.gw, err = gateway.New(cfg,
-		gateway.WithTransport(engine.transport()),
+		gateway.WithTransport(engine.tr),
 		gateway.WithController(ctrl),
 		gateway.WithLogger(log),
 		gateway.WithListeners(traffic, admin))

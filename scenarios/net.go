@@ -75,3 +75,31 @@ type pipeAddr string
 
 func (a pipeAddr) Network() string { return "pipe" }
 func (a pipeAddr) String() string  { return string(a) }
+
+// endpoint is where one server of a run listens: a net.Pipe listener in
+// virtual time, or a TCP listener on 127.0.0.1 in real time.
+type endpoint struct {
+	ln   net.Listener
+	host string // for URLs
+	tr   *http.Transport
+}
+
+// newEndpoint opens an endpoint; real selects TCP on 127.0.0.1.
+func newEndpoint(name string, real bool) (*endpoint, error) {
+	if !real {
+		l := newPipeListener(name)
+		return &endpoint{ln: l, host: name, tr: l.transport()}, nil
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy:               nil,
+		MaxIdleConns:        4096,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     time.Minute,
+		DisableCompression:  true,
+	}
+	return &endpoint{ln: l, host: l.Addr().String(), tr: tr}, nil
+}

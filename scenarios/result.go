@@ -1,8 +1,10 @@
 package scenarios
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -81,4 +83,16 @@ func median(d []time.Duration) time.Duration {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// trajectoryString renders a trajectory as "0s:1 2s:2 ...".
+func trajectoryString(caps []CapPoint) string {
+	var b strings.Builder
+	for i, p := range caps {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s:%d", p.At.Round(time.Second), p.Cap)
+	}
+	return b.String()
 }

@@ -44,7 +44,14 @@ type Run struct {
 	KneeCapacity float64
 	// Seed makes the run repeatable.
 	Seed uint64
+	// RealTime runs over TCP on 127.0.0.1 in real time instead of over
+	// net.Pipe in a synctest bubble.
+	RealTime bool
 }
+
+// debugLog, when set by a test, receives the gateway's log (one line per
+// change of the cap).
+var debugLog *slog.Logger
 
 // RetryAfterMax bounds how long a closed-loop user honours Retry-After.
 const RetryAfterMax = 30 * time.Second
@@ -56,6 +63,9 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	quiet := slog.New(slog.DiscardHandler)
+	if debugLog != nil {
+		quiet = debugLog
+	}
 
 	eng, err := sim.New(sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
 	if err != nil {
@@ -63,26 +73,36 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	engL := newPipeListener("engine")
+	engE, err := newEndpoint("engine", r.RealTime)
+	if err != nil {
+		return RunResult{}, err
+	}
 	engSrv := &http.Server{Handler: eng.Handler(), ErrorLog: nil}
-	wg.Go(func() { _ = engSrv.Serve(engL) })
+	wg.Go(func() { _ = engSrv.Serve(engE.ln) })
 	wg.Go(func() { _ = eng.Run(ctx) })
 	defer engSrv.Close()
 
-	front := engL
+	front := engE
 	var traj *trajectory
 	gwCtx, stopGateway := context.WithCancel(context.Background())
 	defer stopGateway()
 	if r.Mode.Kind != "engine" {
-		gwL, adminL := newPipeListener("gateway"), newPipeListener("admin")
-		fe, err := newFrontend(r, engL, gwL, adminL, quiet)
+		gwE, err := newEndpoint("gateway", r.RealTime)
+		if err != nil {
+			return RunResult{}, err
+		}
+		adminE, err := newEndpoint("admin", r.RealTime)
+		if err != nil {
+			return RunResult{}, err
+		}
+		fe, err := newFrontend(r, engE, gwE.ln, adminE.ln, quiet)
 		if err != nil {
 			return RunResult{}, err
 		}
 		traj = fe.traj
 		// The gateway stops (and drains) before the engine does.
 		wg.Go(func() { _ = fe.gw.Run(gwCtx) })
-		front = gwL
+		front = gwE
 	}
 
 	start := time.Now()
@@ -90,10 +110,10 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		t := time.AfterFunc(r.Timing.ChangeAt(), func() { eng.SetStepFactor(r.Scenario.StepFactor) })
 		defer t.Stop()
 	}
-	tr := front.transport()
+	tr := front.tr
 	defer tr.CloseIdleConnections()
 	cfg := bench.Config{
-		BaseURL:       "http://" + front.name,
+		BaseURL:       "http://" + front.host,
 		Model:         r.Scenario.Profile.Model,
 		Client:        &http.Client{Transport: tr},
 		Levels:        []float64{float64(r.Scenario.Users)},

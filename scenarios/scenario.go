@@ -24,10 +24,10 @@ type Scenario struct {
 	// ID is the number (1-8); Name is a short label.
 	ID   int
 	Name string
-	// Profile is the simulated engine; Prompt and Output the workload's
-	// lengths in tokens (fixed, ignore_eos).
-	Profile        sim.Profile
-	Prompt, Output int
+	// Profile is the simulated engine; Workload the request lengths in
+	// tokens (drawn within its range ratio, ignore_eos).
+	Profile  sim.Profile
+	Workload sim.Workload
 	// Users > 0: closed loop with that many users honouring Retry-After
 	// (at most RetryAfterMax). Otherwise open loop at Rate.
 	Users int
@@ -38,8 +38,10 @@ type Scenario struct {
 	// ... see interarrival.
 	BurstOn, BurstOff time.Duration
 	// Change happens halfway through the measured window: the prompt
-	// length doubles (PromptDoubles) or every step takes StepFactor times
-	// as long.
+	// length doubles (PromptDoubles: from half the workload's prompt to the
+	// whole of it, since a doubled 4000-token prompt misses TTFT 1s at
+	// every cap on gb10-bf16, see docs/sim.md) or every step takes
+	// StepFactor times as long.
 	PromptDoubles bool
 	StepFactor    float64
 	// TightShare of the requests carry x-slo-tpot-ms: TightTPOT.
@@ -65,8 +67,7 @@ func (t Timing) ChangeAt() time.Duration { return t.Warmup + t.Window/2 }
 
 // All returns the eight scenarios.
 func All() []Scenario {
-	w := sim.SecondWorkload
-	base := Scenario{Profile: sim.GB10BF16, Prompt: w.PromptTokens, Output: w.OutputTokens}
+	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
 	s := func(id int, name string, f func(*Scenario)) Scenario {
 		sc := base
 		sc.ID, sc.Name = id, name
@@ -77,7 +78,11 @@ func All() []Scenario {
 		s(1, "closed-64-bf16", func(sc *Scenario) { sc.Users = 64 }),
 		s(2, "closed-64-fp8", func(sc *Scenario) { sc.Users = 64; sc.Profile = sim.GB10FP8 }),
 		s(3, "open-2x-knee", func(sc *Scenario) { sc.KneeShare = 2 }),
-		s(4, "prompt-doubles", func(sc *Scenario) { sc.Users = 64; sc.PromptDoubles = true }),
+		s(4, "prompt-doubles", func(sc *Scenario) {
+			sc.Users = 64
+			sc.PromptDoubles = true
+			sc.Workload.PromptTokens /= 2
+		}),
 		s(5, "engine-slowdown", func(sc *Scenario) { sc.Users = 64; sc.StepFactor = 1.5 }),
 		s(6, "light-load", func(sc *Scenario) { sc.KneeShare = 0.2 }),
 		s(7, "bursts", func(sc *Scenario) {
@@ -96,11 +101,12 @@ func All() []Scenario {
 func (s Scenario) workload(t Timing) bench.Workload {
 	changeAt := t.ChangeAt()
 	return bench.WorkloadFunc(func(sl bench.Slot) bench.Request {
-		n := s.Prompt
+		w := s.Workload
 		if s.PromptDoubles && sl.Elapsed >= changeAt {
-			n *= 2
+			w.PromptTokens *= 2
 		}
-		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: s.Output, Class: "default"}
+		n, out := w.Lengths(sl.Rand)
+		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "default"}
 		if s.TightShare > 0 && sl.Rand.Float64() < s.TightShare {
 			req.Header = http.Header{"X-Slo-Tpot-Ms": {strconv.Itoa(int(s.TightTPOT / time.Millisecond))}}
 			req.Targets = bench.Targets{TTFT: TTFTTarget, TPOT: s.TightTPOT}

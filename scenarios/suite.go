@@ -1,6 +1,8 @@
 package scenarios
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -169,3 +171,23 @@ func (s *Suite) find(id int, mode string) (RunResult, bool) {
 
 // parallelism is how many runs go at once by default.
 func parallelism() int { return runtime.GOMAXPROCS(0) }
+
+// RunRealTime runs one scenario in real time over TCP on 127.0.0.1, in the
+// modes given, all at once (each has its own engine, gateway and users; the
+// machine needs a core's worth of time for each). Open-loop rates resolve
+// against knee (requests/s). It takes Warmup + Window of wall time.
+func RunRealTime(ctx context.Context, sc Scenario, modes []Mode, timing Timing, knee float64, seed uint64) ([]RunResult, error) {
+	res := make([]RunResult, len(modes))
+	errs := make([]error, len(modes))
+	var wg sync.WaitGroup
+	for i, m := range modes {
+		wg.Go(func() {
+			start := time.Now()
+			run := Run{Scenario: sc, Mode: m, Timing: timing, KneeCapacity: knee, Seed: seed, RealTime: true}
+			res[i], errs[i] = run.execute(ctx)
+			res[i].Wall = time.Since(start)
+		})
+	}
+	wg.Wait()
+	return res, errors.Join(errs...)
+}

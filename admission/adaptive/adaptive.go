@@ -69,6 +69,11 @@ func ConfigFromEnv(environ []string) (Config, error) {
 		if errors.As(err, &agg) && len(agg.Errors) > 0 {
 			err = agg.Errors[0]
 		}
+		var pe env.ParseError
+		if errors.As(err, &pe) {
+			name := map[string]string{"Percentile": "SLO_PERCENTILE", "MinCap": "MIN_CAP", "MaxCap": "MAX_CAP"}[pe.Name]
+			return c, fmt.Errorf("%s%s: %w", gateway.EnvPrefix, name, pe.Err)
+		}
 		return c, err
 	}
 	switch {
@@ -84,12 +89,23 @@ func ConfigFromEnv(environ []string) (Config, error) {
 
 // New returns the ControllerFunc that builds a Controller for the gateway:
 // adaptive when the gateway's MaxConcurrency is unset, fixed at it when set.
+// The knobs come from the gateway's configuration (KNEECAP_SLO_PERCENTILE,
+// KNEECAP_MIN_CAP, KNEECAP_MAX_CAP); a non-zero field of cfg overrides one.
 func New(cfg Config) gateway.ControllerFunc {
 	return func(h gateway.Host) (gateway.Controller, error) {
 		t := h.Config.Targets()
 		cc := admission.ControllerConfig{
 			TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
-			Percentile: cfg.Percentile, MinCap: cfg.MinCap, MaxCap: cfg.MaxCap,
+			Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
+		}
+		if cfg.Percentile > 0 {
+			cc.Percentile = cfg.Percentile
+		}
+		if cfg.MinCap > 0 {
+			cc.MinCap = cfg.MinCap
+		}
+		if cfg.MaxCap > 0 {
+			cc.MaxCap = cfg.MaxCap
 		}
 		if n := h.Config.MaxConcurrency; n > 0 {
 			cc.Fixed, cc.InitialCap, cc.MaxCap = true, n, max(cc.MaxCap, n)

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-
 	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/gateway"
 )
@@ -10,12 +8,8 @@ import (
 // The adaptive controller wires itself into `kneecap serve`: with
 // KNEECAP_MAX_CONCURRENCY unset it sets the cap; with it set the cap is
 // fixed and the controller only answers the deadline check and Retry-After.
+// Its knobs (KNEECAP_SLO_PERCENTILE, KNEECAP_MIN_CAP, KNEECAP_MAX_CAP) are
+// read and validated with the gateway's configuration.
 func init() {
-	serveOptions = append(serveOptions, gateway.WithController(func(h gateway.Host) (gateway.Controller, error) {
-		cfg, err := adaptive.ConfigFromEnv(os.Environ())
-		if err != nil {
-			return nil, err
-		}
-		return adaptive.New(cfg)(h)
-	}))
+	serveOptions = append(serveOptions, gateway.WithController(adaptive.New(adaptive.Config{})))
 }

@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kneecap/kneecap/scenarios"
 )
@@ -29,6 +31,8 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	window := fs.Duration("window", scenarios.DefaultTiming.Window, "simulated measured window of every run")
 	seed := fs.Uint64("seed", 1, "seed of every run")
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "runs at once")
+	realTime := fs.Bool("real-time", false, "run the scenarios in real time over TCP on 127.0.0.1 instead, in the modes engine, adaptive and the --caps given (takes --warmup + --window of wall time)")
+	knee := fs.Float64("knee", 0.75, "with --real-time: the knee capacity in req/s that sets the open-loop rates")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -43,6 +47,9 @@ func runScenarios(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *window <= 0 || *warmup < 0 {
 		return usagef("--window must be positive and --warmup not negative")
+	}
+	if *realTime {
+		return runRealTime(ctx, opt, *knee, stdout)
 	}
 	var suite *scenarios.Suite
 	opt.Progress = func(sc scenarios.Scenario, r scenarios.RunResult) {
@@ -111,4 +118,29 @@ func parseCaps(s string) ([]int, error) {
 		err = fmt.Errorf("no caps")
 	}
 	return out, err
+}
+
+// runRealTime runs each chosen scenario in real time, its modes at once.
+func runRealTime(ctx context.Context, opt scenarios.Options, knee float64, stdout io.Writer) error {
+	modes := []scenarios.Mode{{Kind: "engine"}, {Kind: "adaptive"}}
+	if len(opt.Caps) <= 8 {
+		for _, c := range opt.Caps {
+			modes = append(modes, scenarios.Mode{Kind: "static", Cap: c})
+		}
+	}
+	for _, sc := range scenarios.All() {
+		if len(opt.Scenarios) > 0 && !slices.Contains(opt.Scenarios, sc.ID) {
+			continue
+		}
+		res, err := scenarios.RunRealTime(ctx, sc, modes, opt.Timing, knee, opt.Seed)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "scenario %d %s, real time over TCP on 127.0.0.1, %v warm-up + %v window\n", sc.ID, sc.Name, opt.Timing.Warmup, opt.Timing.Window)
+		fmt.Fprintf(stdout, "%-10s %8s %6s %9s %9s %11s %9s %6s\n", "mode", "cap", "good", "completed", "rejected", "goodput/s", "p50 TTFT", "final")
+		for _, r := range res {
+			fmt.Fprintf(stdout, "%-10s %8d %6d %9d %9d %11.3f %9s %6d\n", r.Mode, r.Cap, r.Good, r.Completed, r.Rejected, r.Goodput, r.MedianTTFT.Round(time.Millisecond), r.FinalCap)
+		}
+	}
+	return nil
 }

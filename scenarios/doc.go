@@ -1,0 +1,51 @@
+// Package scenarios is the acceptance suite of adaptive admission: the full
+// path (benchmark client -> gateway -> simulated engine) run in virtual
+// time, in eight situations, in every way a user could front the engine.
+//
+// # Overview
+//
+//   - scenario.go: the eight [Scenario]s of issue 5 (closed loop on
+//     gb10-bf16 and gb10-fp8, open loop at twice the knee, a workload shift,
+//     an engine slowdown, light load, bursts, mixed targets) over the
+//     simulator's second calibration workload, and the [Timing] of a run.
+//   - run.go, frontend.go, net.go: one [Run]: a sim.Sim, a gateway built by
+//     gateway.New exactly as `kneecap serve` builds it, and bench.Run, all
+//     over net.Pipe connections (pipeListener). Modes: the engine alone;
+//     a static cap (KNEECAP_MAX_CONCURRENCY set); the adaptive controller
+//     with its defaults; a peer algorithm (package admission/peers)
+//     driving the same limiter with whole-request latency.
+//   - suite.go: [RunSuite] runs every mode of every scenario, each in its
+//     own testing/synctest bubble, in parallel up to -test.parallel; the
+//     open-loop scenarios take their rates from scenario 1's oracle.
+//   - result.go, report.go: goodput from the bench's records over the
+//     measured window (and its halves), convergence of a cap's trajectory,
+//     the table, the JSON rows with the issue's field names, and the
+//     threshold checks.
+//   - bubble.go: [InBubbles] lets `kneecap scenarios`, which is not a test,
+//     use synctest through testing.MainStart.
+//
+// Definitions (vLLM's, as in the brief): TTFT from the moment the client
+// sent the request (closed loop) or it was due (open loop) to the first
+// chunk carrying output; TPOT = (E2E - TTFT)/(output_tokens - 1); goodput =
+// completed requests that met TTFT <= 1s and TPOT <= 100ms (or their own
+// x-slo-tpot-ms) at once, per second of the measured window. Rejected and
+// failed requests are never good. The oracle is the best static cap; the
+// convergence time is when the cap last entered, for good, the band of
+// max(1, 10 %) around its final value.
+//
+// # Concurrency model
+//
+// A run owns everything it starts: the engine's scheduler, the gateway and
+// its controller, the benchmark's users and every connection, all inside
+// one synctest bubble whose clock moves only when all of them wait, so a
+// run of minutes of simulated time takes a second or so of CPU. Runs share
+// nothing; the suite runs them as parallel subtests and collects results
+// under a mutex. Go's select and scheduler choose among simultaneous events
+// at random, so two runs of the same seed agree closely but not bit for
+// bit.
+//
+// # Ownership
+//
+// Owned by the adaptive-admission work stream. It only uses the public API
+// of sim, bench, gateway, admission and admission/peers.
+package scenarios
