@@ -27,6 +27,25 @@ type sample struct {
 // weighted empirical distribution, so it moves smoothly as samples come and
 // go instead of jumping between the modes of a two-humped distribution.
 // It returns false with no samples.
+// localReach is how far, in running requests, a sample can weigh in
+// localQuantile: its weight carries a factor exp(-|n - n_i|), and
+// exp(-28) < 1e-12, the weight below which a sample is skipped.
+const localReach = 27
+
+// localSpan returns the levels at which localQuantile can find a sample:
+// within localReach of the lowest and highest level sampled. With no
+// samples the span is empty (lo > hi).
+func localSpan(samples []sample) (lo, hi int) {
+	if len(samples) == 0 {
+		return 1, 0
+	}
+	lo, hi = samples[0].n, samples[0].n
+	for _, s := range samples[1:] {
+		lo, hi = min(lo, s.n), max(hi, s.n)
+	}
+	return lo - localReach, hi + localReach
+}
+
 func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.Duration, meanAt func(float64) float64, buf []wsample) (float64, bool) {
 	if len(samples) == 0 {
 		return 0, false

@@ -98,6 +98,7 @@ func (c *Controller) refresh(now time.Time) {
 		c.tab.tp = thin
 	}
 	buf := make([]wsample, 0, len(live))
+	lo, hi := localSpan(live)
 	var prev prediction
 	for n := 1; n <= maxN; n++ {
 		g := c.gap.at(float64(n))
@@ -107,7 +108,10 @@ func (c *Controller) refresh(now time.Time) {
 		}
 		f := c.ttft.at(float64(n))
 		q, mf := s.qTTFT*f, s.mTTFT*f
-		if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
+		if n < lo || n > hi {
+			// No live sample is near enough to weigh: localQuantile would
+			// find none (this skip keeps a large MaxCap cheap).
+		} else if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
 			q = lq
 			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.ttft.at, buf)
 		}
