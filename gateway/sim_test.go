@@ -90,7 +90,7 @@ func runAgainstSim(t *testing.T, flavor sim.Flavor) {
 
 	cut := 0
 	for _, b := range bodies {
-		evs := events(b)
+		evs := proxytest.Events(b)
 		for _, e := range evs {
 			if info, err := wire.Inspect([]byte(e)); err == nil && info.UsageOnly {
 				t.Fatalf("usage-only chunk reached a client that did not ask: %s", e)
@@ -128,19 +128,4 @@ func runAgainstSim(t *testing.T, flavor sim.Flavor) {
 	_ = engSrv.Close()
 	engT.CloseIdleConnections()
 	bg.Wait()
-}
-
-// events splits a body into its SSE data payloads.
-func events(body string) []string {
-	var out []string
-	er := wire.NewEventReader(strings.NewReader(body))
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			return out
-		}
-		if ev.Data != nil {
-			out = append(out, string(ev.Data))
-		}
-	}
 }

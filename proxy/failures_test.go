@@ -46,7 +46,7 @@ func TestUpstreamFailures(t *testing.T) {
 		eng := &proxytest.Engine{Flavor: proxytest.VLLM, FirstDelay: 2 * time.Second}
 		s := newSetup(t, eng, Config{FirstTokenTimeout: 50 * time.Millisecond})
 		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		evs := events(readAll(t, resp))
+		evs := proxytest.Events(readAll(t, resp))
 		if resp.StatusCode != 200 || len(evs) != 2 || !strings.Contains(evs[1], `"type":"timeout_error"`) {
 			t.Fatalf("status %d events %q", resp.StatusCode, evs)
 		}
@@ -63,7 +63,7 @@ func TestUpstreamFailures(t *testing.T) {
 		})
 		s := newSetup(t, broken, Config{})
 		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
-		evs := events(readAll(t, resp))
+		evs := proxytest.Events(readAll(t, resp))
 		if len(evs) != 2 || !strings.Contains(evs[1], `"code":"stream_broken"`) {
 			t.Fatalf("events %q", evs)
 		}

@@ -116,21 +116,6 @@ func readAll(t *testing.T, resp *http.Response) string {
 	return string(b)
 }
 
-// events splits a body into its SSE data payloads.
-func events(body string) []string {
-	var out []string
-	er := wire.NewEventReader(strings.NewReader(body))
-	for {
-		ev, err := er.Next()
-		if err != nil {
-			return out
-		}
-		if ev.Data != nil {
-			out = append(out, string(ev.Data))
-		}
-	}
-}
-
 const chatBody = `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 const chatBodyUsage = `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`
 const complBody = `{"model":"m","stream":true,"prompt":"hi"}`
@@ -165,7 +150,7 @@ func TestStreamFlavours(t *testing.T) {
 			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
 				t.Fatalf("status %d, content-type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 			}
-			evs := events(body)
+			evs := proxytest.Events(body)
 			if len(evs) != tt.wantEvents || evs[len(evs)-1] != "[DONE]" {
 				t.Fatalf("client got %d events, want %d: %q", len(evs), tt.wantEvents, evs)
 			}
@@ -421,7 +406,7 @@ func TestNoBrokenStreams(t *testing.T) {
 					if ok {
 						b, err := io.ReadAll(resp.Body)
 						resp.Body.Close()
-						evs := events(string(b))
+						evs := proxytest.Events(string(b))
 						ok = err == nil && resp.StatusCode == 200 && len(evs) == 11 && evs[len(evs)-1] == "[DONE]"
 						if !ok {
 							t.Logf("%s: status %d, %d events, err %v: %.300s", tt.path, resp.StatusCode, len(evs), err, b)

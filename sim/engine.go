@@ -127,17 +127,7 @@ func (e *engine) pushFront(s *seq) {
 
 // sweep drops cancelled sequences and frees their KV slots.
 func (e *engine) sweep() {
-	keep := e.running[:0]
-	for _, s := range e.running {
-		if s.cancelled {
-			e.kvUsed -= s.alloc
-			s.alloc = 0
-			continue
-		}
-		keep = append(keep, s)
-	}
-	clear(e.running[len(keep):])
-	e.running = keep
+	e.dropRunning(func(s *seq) bool { return s.cancelled })
 	q := e.waiting[e.head:]
 	kq := q[:0]
 	for _, s := range q {
@@ -275,18 +265,24 @@ func (e *engine) commit(now time.Time) {
 	clear(e.batch)
 	e.batch = e.batch[:0]
 	if anyDone {
-		keep := e.running[:0]
-		for _, s := range e.running {
-			if s.finished {
-				e.kvUsed -= s.alloc
-				s.alloc = 0
-				continue
-			}
-			keep = append(keep, s)
-		}
-		clear(e.running[len(keep):])
-		e.running = keep
+		e.dropRunning(func(s *seq) bool { return s.finished })
 	}
+}
+
+// dropRunning removes the running sequences for which drop is true, in
+// place, and frees their KV slots.
+func (e *engine) dropRunning(drop func(*seq) bool) {
+	keep := e.running[:0]
+	for _, s := range e.running {
+		if drop(s) {
+			e.kvUsed -= s.alloc
+			s.alloc = 0
+			continue
+		}
+		keep = append(keep, s)
+	}
+	clear(e.running[len(keep):])
+	e.running = keep
 }
 
 // abortAll ends every sequence in the engine; their handlers report an error.

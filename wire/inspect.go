@@ -131,23 +131,11 @@ func (s *chunkScan) choices(f *chunkFacts) bool {
 	default:
 		return false
 	}
-	if !s.enter() {
-		return false
-	}
-	s.pos++
-	s.skipSpace()
-	if s.next() == ']' {
-		s.pos++
-		s.leave()
-		return true
-	}
-	for {
+	return s.array(func() bool {
 		f.choicesNonEmpty = true
 		switch s.next() {
 		case 'n':
-			if !s.literal("null") { // a null element stays zero
-				return false
-			}
+			return s.literal("null") // a null element stays zero
 		case '{':
 			var c choiceFacts
 			if !s.choice(&c) {
@@ -157,22 +145,10 @@ func (s *chunkScan) choices(f *chunkFacts) bool {
 				f.output = true
 			}
 			f.finished = f.finished || c.finish
-		default:
-			return false
-		}
-		s.skipSpace()
-		switch s.next() {
-		case ',':
-			s.pos++
-			s.skipSpace()
-		case ']':
-			s.pos++
-			s.leave()
 			return true
-		default:
-			return false
 		}
-	}
+		return false
+	})
 }
 
 // choice reads one element of "choices".

@@ -268,7 +268,12 @@ func (s *chunkScan) skipObject() bool {
 	}
 }
 
-func (s *chunkScan) skipArray() bool {
+func (s *chunkScan) skipArray() bool { return s.array(s.skipValue) }
+
+// array walks the array at the position ('['): for each element it calls
+// elem, which must consume it. It reports false on bad syntax or when elem
+// does. Like object's member, elem does not escape.
+func (s *chunkScan) array(elem func() bool) bool {
 	if !s.enter() {
 		return false
 	}
@@ -280,7 +285,7 @@ func (s *chunkScan) skipArray() bool {
 		return true
 	}
 	for {
-		if !s.skipValue() {
+		if !elem() {
 			return false
 		}
 		s.skipSpace()
