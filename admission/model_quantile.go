@@ -14,6 +14,8 @@ type sample struct {
 	y float64
 }
 
+func (s sample) at() time.Time { return s.t }
+
 // localQuantile estimates the p-quantile of a latency at running count n
 // from samples taken at nearby counts. Each sample is moved to n along the
 // mean curve, y_i + mean(n) - mean(n_i), and weighted by its recency and
@@ -86,38 +88,10 @@ func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.D
 type wsample struct{ y, w float64 }
 
 // sampleRing keeps the last samples of one latency with their levels.
-type sampleRing struct {
-	buf    []sample
-	next   int
-	full   bool
-	maxAge time.Duration
-}
+type sampleRing struct{ timedRing[sample] }
 
 func newSampleRing(size int, maxAge time.Duration) *sampleRing {
-	return &sampleRing{buf: make([]sample, size), maxAge: maxAge}
+	return &sampleRing{newTimedRing[sample](size, maxAge)}
 }
 
-func (r *sampleRing) add(s sample) {
-	r.buf[r.next] = s
-	r.next++
-	if r.next == len(r.buf) {
-		r.next, r.full = 0, true
-	}
-}
-
-// live returns the samples not older than maxAge.
-func (r *sampleRing) live(now time.Time) []sample {
-	n := r.next
-	if r.full {
-		n = len(r.buf)
-	}
-	out := make([]sample, 0, n)
-	for _, s := range r.buf[:n] {
-		if now.Sub(s.t) <= r.maxAge {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-func (r *sampleRing) reset() { r.next, r.full = 0, false }
+func (r *sampleRing) add(s sample) { r.push(s) }

@@ -14,47 +14,31 @@ import (
 // phase, uneven output) that the mean model leaves out, measured rather than
 // assumed: the predicted P-quantile at n is Q_P(r) * y(n). Entries older than
 // maxAge are ignored.
-type ratioRing struct {
-	buf    []ratioEntry
-	next   int
-	full   bool
-	maxAge time.Duration
-}
+type ratioRing struct{ timedRing[ratioEntry] }
 
 type ratioEntry struct {
 	t time.Time
 	r float64
 }
 
+func (e ratioEntry) at() time.Time { return e.t }
+
 func newRatioRing(size int, maxAge time.Duration) *ratioRing {
-	return &ratioRing{buf: make([]ratioEntry, size), maxAge: maxAge}
+	return &ratioRing{newTimedRing[ratioEntry](size, maxAge)}
 }
 
-func (q *ratioRing) add(now time.Time, r float64) {
-	q.buf[q.next] = ratioEntry{now, r}
-	q.next++
-	if q.next == len(q.buf) {
-		q.next, q.full = 0, true
-	}
-}
+func (q *ratioRing) add(now time.Time, r float64) { q.push(ratioEntry{now, r}) }
 
 // values returns the live entries, sorted.
 func (q *ratioRing) values(now time.Time) []float64 {
-	n := q.next
-	if q.full {
-		n = len(q.buf)
-	}
-	out := make([]float64, 0, n)
-	for _, e := range q.buf[:n] {
-		if now.Sub(e.t) <= q.maxAge {
-			out = append(out, e.r)
-		}
+	live := q.live(now)
+	out := make([]float64, len(live))
+	for i, e := range live {
+		out[i] = e.r
 	}
 	slices.Sort(out)
 	return out
 }
-
-func (q *ratioRing) reset() { q.next, q.full = 0, false }
 
 // quantile returns the p-quantile of sorted values (nearest rank), or def
 // when there are fewer than minN of them; with few values it is pulled
