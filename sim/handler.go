@@ -159,6 +159,7 @@ func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chun
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 0, 1024)
 	sent := 0
+	reasonSent := false // the finish_reason rode on a token chunk
 	for {
 		select {
 		case <-q.ready:
@@ -186,10 +187,17 @@ func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chun
 				reason = q.reason
 			}
 			buf = c.tokens(buf, sent, n, reason)
-			sent = n
+			sent, reasonSent = n, reason != ""
 		}
 		switch st {
 		case stateDone:
+			if !c.fl.finishSeparate && !reasonSent {
+				// The last token went out while the sequence still read as
+				// running (its count is stored before its state): the finish
+				// comes in a chunk of its own with empty content, as vLLM
+				// sends it when the last output adds no text.
+				buf = c.tokens(c.startIf(buf, sent), n, n, q.reason)
+			}
 			buf = c.end(buf, q.reason, n, includeUsage)
 		case stateAborted:
 			buf = append(buf, wire.ErrorEvent(wire.TypeUnavailable, "", "engine stopped")...)

@@ -399,3 +399,25 @@ func (l *lockedRecorder) state() (flushed bool, code int, body string) {
 	defer l.mu.Unlock()
 	return l.rec.Flushed, l.rec.Code, l.rec.Body.String()
 }
+
+// The finish-only chunk the handler sends when the last token went out
+// before the sequence read as finished: no output, the finish reason, in
+// vLLM's shape for chat and text completions.
+func TestFinishOnlyChunk(t *testing.T) {
+	fl, err := lookupFlavor(FlavorVLLM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, chat := range []bool{true, false} {
+		c := &chunker{fl: fl, chat: chat, id: "x", created: 1, model: []byte(`"m"`), prompt: 3}
+		raw := c.tokens(nil, 7, 7, "length")
+		ev, err := wire.NewEventReader(bytes.NewReader(raw)).Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := wire.Inspect(ev.Data)
+		if err != nil || info.HasOutput || !info.Finished {
+			t.Fatalf("chat %v: %s read as %+v, %v; want a finish with no output", chat, raw, info, err)
+		}
+	}
+}
