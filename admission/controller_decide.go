@@ -191,7 +191,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
-	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap)
+	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
@@ -206,7 +206,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		p := c.predict(old)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
 			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
-	case pl.target < c.cap && pl.gCap < (1-goodputSlack)*pl.gT:
+	case pl.target < c.cap && pl.gCap < (1-moveGain)*pl.gT && c.dwellAtCap():
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
@@ -230,6 +230,28 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 }
 
+// evidenceAtCap reports whether a predicted miss at the cap may lower it:
+// when enough requests finished at this cap for their measured attainment
+// to count (it is then part of the prediction, see attainment), or when
+// the predicted time per token misses its target by a quarter. Time per token is
+// predicted from the gaps of every running stream, which hold steady
+// physics; engine TTFT is predicted from a few dozen first tokens, which a
+// change of the cap itself disturbs (a raise admits a request while others
+// prefill), so a TTFT-only miss waits for finished requests to confirm it.
+func (c *Controller) evidenceAtCap() bool {
+	t := c.targetsOf(slo.Targets{})
+	if m := c.measured[t]; c.cap < len(m) && m[c.cap].w >= measuredMin {
+		return true
+	}
+	return c.predict(c.cap).TPOT > tpotEvidence*t.TPOT.Seconds()
+}
+
+// tpotEvidence is how far the predicted P-quantile of TPOT at the cap must
+// exceed the target for the cap to be lowered before requests finished
+// there: the spread of TPOT around the step time is itself learnt from
+// finished requests, which a change of the cap disturbs.
+const tpotEvidence = 1.25
+
 func (c *Controller) raiseReason(old int, pl plan, how string) string {
 	p := c.predict(c.cap)
 	why := "meets the targets"
@@ -245,6 +267,19 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 // two levels count as equal: the cap moves for goodput only when the gain
 // exceeds it (hysteresis), and of equals the smaller level is chosen.
 const goodputSlack = 0.03
+
+// moveGain is the predicted gain of goodput for which the cap moves. Near
+// the knee goodput is flat over several levels while its prediction from a
+// few dozen first tokens a minute swings by more than that, and every move
+// costs: a raise admits a request whose prefill stalls the running ones.
+const moveGain = 0.10
+
+// dwellAtCap reports whether the cap has held long enough for its measured
+// goodput to be part of its prediction (see goodput), so that a move down
+// for goodput rests on a measurement and not on an extrapolation.
+func (c *Controller) dwellAtCap() bool {
+	return c.cap < len(c.dwell) && c.dwell[c.cap].w >= minDwell
+}
 
 // goodput is the predicted goodput at n:
 //
