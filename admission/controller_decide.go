@@ -169,7 +169,7 @@ const (
 // so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
-	c.noteDwell(now)
+	c.noteDwell(now, load)
 	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
@@ -206,7 +206,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		p := c.predict(old)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
 			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
-	case pl.target < c.cap && pl.gCap < (1-moveGain)*pl.gT && c.dwellAtCap():
+	case pl.target < c.cap && pl.gCap < (1-moveGain)*pl.gT && demand && c.dwellAtCap():
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
@@ -327,11 +327,12 @@ const (
 	fullDwell     = 60
 )
 
-// noteDwell credits the time since the last decision to the cap held, and
+// noteDwell credits the time since the last decision to the cap held, if
+// there was demand (queued, refused, or running at the cap), and
 // counts good completions to the cap that saw them end. Both decay with
 // the model's memory: a level measured a while ago still informs the
 // choice, but less.
-func (c *Controller) noteDwell(now time.Time) {
+func (c *Controller) noteDwell(now time.Time, load Load) {
 	if len(c.dwell) != c.cfg.MaxCap+1 {
 		c.dwell = make([]decayed, c.cfg.MaxCap+1)
 	}
@@ -343,10 +344,14 @@ func (c *Controller) noteDwell(now time.Time) {
 					c.dwell[i].decay(now, tau)
 				}
 			}
-			l := &c.dwell[c.cap]
-			l.decay(now, tau)
-			l.w += dt
-			l.sum += float64(c.goodSince)
+			// Only time with demand measures what the level can serve: a
+			// level idling under light load would read as a poor one.
+			if load.PeakQueued > 0 || load.Rejected > 0 || load.PeakRunning >= c.cap {
+				l := &c.dwell[c.cap]
+				l.decay(now, tau)
+				l.w += dt
+				l.sum += float64(c.goodSince)
+			}
 		}
 	}
 	c.lastDwell, c.goodSince = now, 0
