@@ -35,13 +35,30 @@ type class struct {
 
 func (c *Controller) classShares(now time.Time) []class {
 	var out []class
-	total := 0.0
 	for t, d := range c.classes {
 		d.decay(now, c.cfg.Memory)
 		if d.w > 1e-3 {
 			out = append(out, class{t, d.w})
-			total += d.w
 		}
+	}
+	// In a fixed order, whatever the map's: the sum (and so every
+	// decision) must not depend on it.
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.share != b.share {
+			return a.share > b.share
+		}
+		if a.t.TTFT != b.t.TTFT {
+			return a.t.TTFT < b.t.TTFT
+		}
+		if a.t.TPOT != b.t.TPOT {
+			return a.t.TPOT < b.t.TPOT
+		}
+		return a.t.E2E < b.t.E2E
+	})
+	total := 0.0
+	for _, k := range out {
+		total += k.share
 	}
 	if total == 0 {
 		return []class{{c.targetsOf(slo.Targets{}), 1}}
@@ -49,7 +66,6 @@ func (c *Controller) classShares(now time.Time) []class {
 	for i := range out {
 		out[i].share /= total
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].share > out[j].share })
 	return out
 }
 

@@ -289,6 +289,9 @@ type Config struct {
 	// (user u starts after u/users of it), so that they do not run in
 	// lockstep; zero starts them all at once, as vLLM's benchmark does.
 	RampUp time.Duration
+	// Think is how long a closed-loop user waits after a completed request
+	// before it sends the next; zero means not at all.
+	Think time.Duration
 	// Warmup runs each level's load this long before its measured window.
 	Warmup time.Duration
 	// Duration is the length of each level's measured window; zero means

@@ -26,6 +26,9 @@ func (r *levelRun) user(ctx context.Context, u int) {
 		rec.User = u
 		r.add(withTargets(rec, req))
 		if rec.Outcome == Completed || rec.Outcome == Unfinished {
+			if r.cfg.Think > 0 && !sleep(ctx, r.cfg.Think) {
+				return
+			}
 			continue
 		}
 		pause := minPause

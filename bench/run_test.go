@@ -359,6 +359,27 @@ func TestRampUp(t *testing.T) {
 	})
 }
 
+// A closed-loop user waits Think after a completed request.
+func TestThink(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		eng := &script{TTFT: 100 * time.Millisecond, Tokens: 1}
+		rep, err := Run(t.Context(), Config{BaseURL: "http://e", Client: servePipe(t, eng), Model: "m",
+			Levels: []float64{1}, Requests: 3, Think: 250 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs := rep.Levels[0].Records
+		if len(recs) != 3 {
+			t.Fatalf("%d records, want 3", len(recs))
+		}
+		for i := 1; i < len(recs); i++ {
+			if gap := recs[i].Due.Sub(recs[i-1].End); gap != 250*time.Millisecond {
+				t.Errorf("request %d sent %v after the previous ended, want 250ms", i, gap)
+			}
+		}
+	})
+}
+
 // A request that outlives RequestTimeout fails (it is not merely unfinished)
 // and the user goes on.
 func TestRequestTimeout(t *testing.T) {

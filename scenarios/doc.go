@@ -40,9 +40,12 @@
 // one synctest bubble whose clock moves only when all of them wait, so a
 // run of minutes of simulated time takes a second or so of CPU. Runs share
 // nothing; the suite runs them as parallel subtests and collects results
-// under a mutex. Go's select and scheduler choose among simultaneous events
-// at random, so two runs of the same seed agree closely but not bit for
-// bit.
+// under a mutex. A run is exactly repeatable: goroutines woken at one
+// instant run in no fixed order, so no two events that could race share an
+// instant (the simulator delivers one step's outputs a microsecond apart,
+// users start and follow a completion a fraction of that apart; see
+// eventSpacing in run.go), and the controller sums its classes in a fixed
+// order. TestRunsRepeat holds it to that.
 //
 // # Ownership
 //

@@ -56,6 +56,16 @@ var debugLog *slog.Logger
 // RetryAfterMax bounds how long a closed-loop user honours Retry-After.
 const RetryAfterMax = 30 * time.Second
 
+// eventSpacing keeps events of a virtual-time run apart, so that a run is
+// exactly repeatable: goroutines woken at one instant of a synctest bubble
+// run in no fixed order, and the order would decide which request gets a
+// freed slot or which observation the controller sums first. The simulator
+// delivers the outputs of one step eventSpacing apart in batch order, a
+// closed-loop user waits a tenth of it after a completed request (so the
+// gateway has released the slot by then), and users start eventSpacing
+// apart. A microsecond is far below anything the runs measure.
+const eventSpacing = time.Microsecond
+
 // execute runs r in the calling goroutine's time (inside a synctest bubble
 // this is virtual time) and returns its result. Everything it starts ends
 // before it returns.
@@ -67,7 +77,11 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		quiet = debugLog
 	}
 
-	eng, err := sim.New(sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
+	scfg := sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet}
+	if !r.RealTime {
+		scfg.Stagger = eventSpacing
+	}
+	eng, err := sim.New(scfg)
 	if err != nil {
 		return RunResult{}, err
 	}
@@ -124,6 +138,11 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		IgnoreEOS:     true,
 		Targets:       bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget},
 		RetryAfterMax: RetryAfterMax,
+	}
+	if !r.RealTime {
+		// No two users act at one instant (see eventSpacing).
+		cfg.RampUp = time.Duration(r.Scenario.Users) * eventSpacing
+		cfg.Think = eventSpacing / 10
 	}
 	if r.Scenario.Users == 0 {
 		cfg.Mode = bench.Open
@@ -185,8 +204,14 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		res.Halves[1] = float64(count(bench.Slice(lv.Records, mid, to))) / d
 	}
 	if traj != nil {
-		res.Caps = traj.points()
 		end := to.Sub(start)
+		// A change at the window's last instant races with the end of the
+		// run; only what happened inside the window counts.
+		for _, p := range traj.points() {
+			if p.At < end {
+				res.Caps = append(res.Caps, p)
+			}
+		}
 		res.FinalCap, res.Converge = convergence(res.Caps, 0, end)
 		if r.Scenario.HasChange() {
 			_, res.Reconverge = convergence(res.Caps, r.Timing.ChangeAt(), end)

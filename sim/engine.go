@@ -34,6 +34,9 @@ type seq struct {
 	out   atomic.Int32  // output tokens published to the handler
 	state atomic.Int32  // stateRunning, stateDone, stateAborted
 	ready chan struct{} // capacity 1: "out or state changed"
+	// due is when the handler may deliver what it was woken for (Unix
+	// nanoseconds; see Config.Stagger), set before each wake-up.
+	due atomic.Int64
 }
 
 func newSeq(prompt, maxOut int, reason string, arrival time.Time) *seq {
@@ -79,6 +82,8 @@ type engine struct {
 	// admittedAt is the latest arrival among the sequences the last
 	// schedule admitted: the step cannot have started before it.
 	admittedAt time.Time
+	// stagger spaces the deliveries of one step (Config.Stagger).
+	stagger time.Duration
 
 	steps       int64
 	preemptions int64
@@ -232,7 +237,7 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 func (e *engine) commit(now time.Time) {
 	e.steps++
 	anyDone := false
-	for _, w := range e.batch {
+	for i, w := range e.batch {
 		s := w.s
 		if s.cancelled {
 			continue
@@ -260,6 +265,7 @@ func (e *engine) commit(now time.Time) {
 			}
 			s.state.Store(stateDone)
 		}
+		s.due.Store(now.Add(time.Duration(i) * e.stagger).UnixNano())
 		s.notify()
 	}
 	clear(e.batch)

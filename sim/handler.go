@@ -167,6 +167,12 @@ func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chun
 			s.cancel(q)
 			return
 		}
+		if s.cfg.Stagger > 0 { // this stream's turn in the step's output
+			if d := time.Until(time.Unix(0, q.due.Load())); d > 0 && !s.sleep(ctx, d) && ctx.Err() != nil {
+				s.cancel(q)
+				return
+			}
+		}
 		st := q.state.Load() // before out: a final state implies a final count
 		n := int(q.out.Load())
 		buf = buf[:0]

@@ -37,6 +37,14 @@ type Config struct {
 	// Logger receives one line per fault injected and engine start and
 	// stop; nil means slog.Default(). Prompt text is never logged.
 	Logger *slog.Logger
+	// Stagger, when set, delivers the outputs of one step in batch order,
+	// the i-th sequence's i*Stagger after the step's end, as an engine's
+	// output processor hands them out one after the other. In a synctest
+	// bubble this gives every stream's chunk an instant of its own, so
+	// that what happens next does not depend on the order Go runs
+	// goroutines woken together (the scenario suite sets 1us); 0 delivers
+	// them all at the step's end.
+	Stagger time.Duration
 }
 
 // Faults makes some requests fail, for testing what sits in front of the
@@ -137,6 +145,7 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s.eng = newEngine(cfg.Profile, s.metrics)
+	s.eng.stagger = max(cfg.Stagger, 0)
 	return s, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -206,4 +207,37 @@ func TestModelsHealthMetrics(t *testing.T) {
 			t.Errorf("/nope: %d", code)
 		}
 	})
+}
+
+// With Stagger, the outputs of one step reach their streams one after the
+// other in batch order, Stagger apart; without it, all at the step's end.
+func TestStaggerSpacesOneStepsOutputs(t *testing.T) {
+	for _, stagger := range []time.Duration{0, time.Microsecond} {
+		synctest.Test(t, func(t *testing.T) {
+			s := startSim(t, Config{Profile: quietProfile(), Stagger: stagger})
+			rs := make([]result, 3)
+			var wg sync.WaitGroup
+			for i := range rs {
+				wg.Go(func() { rs[i] = doRequest(t.Context(), s.Handler(), 10, 5) })
+			}
+			wg.Wait()
+			var ttfts, e2es []time.Duration
+			for _, r := range rs {
+				if !r.ok || r.out != 5 {
+					t.Fatalf("stagger %v: request failed: %+v", stagger, r)
+				}
+				ttfts, e2es = append(ttfts, r.ttft), append(e2es, r.e2e)
+			}
+			slices.Sort(ttfts)
+			slices.Sort(e2es)
+			for i := 1; i < len(rs); i++ {
+				if d := ttfts[i] - ttfts[i-1]; d != stagger {
+					t.Errorf("stagger %v: first tokens %v apart, want %v (%v)", stagger, d, stagger, ttfts)
+				}
+				if d := e2es[i] - e2es[i-1]; d != stagger {
+					t.Errorf("stagger %v: last tokens %v apart, want %v (%v)", stagger, d, stagger, e2es)
+				}
+			}
+		})
+	}
 }

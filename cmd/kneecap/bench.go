@@ -59,6 +59,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Duration, "duration", 0, "measured window per level (default 60s unless --requests)")
 	fs.IntVar(&c.Requests, "requests", 0, "end each level's window after this many requests ended in it")
 	fs.DurationVar(&c.RampUp, "ramp-up", 0, "closed loop: start users evenly over this long instead of all at once")
+	fs.DurationVar(&c.Think, "think", 0, "closed loop: a user waits this long after a completed request before its next")
 	fs.DurationVar(&c.Warmup, "warmup", 10*time.Second, "load before each level's window, not counted")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "hard bound on the whole run (default: 2 x the planned time + 1m, or 30m with --requests)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 0, "bound on one request (default none)")
