@@ -39,6 +39,8 @@ type table struct {
 	ttf []sample     // live engine TTFT samples
 	tp  []float64    // live TPOT ratios, sorted
 	att map[slo.Targets][]float64
+	// attCap is the cap att was computed around.
+	attCap int
 }
 
 // fullGapWeight is the weight at which a level's measured mean gap replaces
@@ -140,14 +142,17 @@ func (c *Controller) predict(n int) prediction {
 //
 // with the engine TTFT samples y_i weighted as in localQuantile, the TPOT
 // ratios r_j of finished requests, and s a logistic step 0.5 % of the target
-// wide, so that attainment moves smoothly as samples come and go. It is not
-// forced to fall with n: samples at a level can come from a transient (a
-// request that waited behind many prefills and got its first token after
-// they ended), and decisions look at the levels next to the cap rather than
-// scanning from the bottom (see largestMeeting). Levels far above the cap (beyond 2 cap + 16), where
-// no single step can reach, are 0. Results are cached until the next
-// refresh.
+// wide, so that attainment moves smoothly as samples come and go. Where
+// requests finished under a cap level, their measured attainment takes over.
+// The result falls with n outward from the cap only (not from level 1:
+// samples at a low level can come from a transient, a request that waited
+// behind many prefills and got its first token after they ended). Levels
+// far above the cap (beyond 2 cap + 16), where no single step can reach,
+// are 0. Results are cached until the next refresh or change of the cap.
 func (c *Controller) attainment(t slo.Targets) []float64 {
+	if c.tab.attCap != c.cap { // anchored at the cap (below): stale
+		c.tab.att, c.tab.attCap = map[slo.Targets][]float64{}, c.cap
+	}
 	if a, ok := c.tab.att[t]; ok {
 		return a
 	}
@@ -209,6 +214,21 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 			w := math.Min(1, d.w/measuredFull)
 			a[n] = w*d.sum/d.w + (1-w)*a[n]
 		}
+	}
+	// Fewer requests running never make latency worse: outward from the
+	// cap, where the model has the most samples, a level above is at most
+	// as good as the one below it and a level below at least as good as the
+	// one above. Without this, a level above the cap that drew a lucky
+	// handful of samples near it looked better than the cap and drew raises
+	// that missed (A(5) = 0.06, A(6) = 0.79 after scenario 4's prompts
+	// doubled), and a level below that drew samples of a transient looked
+	// worse than the cap.
+	cp := max(1, min(c.cap, top))
+	for n := cp + 1; n <= top; n++ {
+		a[n] = math.Min(a[n], a[n-1])
+	}
+	for n := cp - 1; n >= 1; n-- {
+		a[n] = math.Max(a[n], a[n+1])
 	}
 	c.tab.att[t] = a
 	return a

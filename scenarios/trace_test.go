@@ -51,7 +51,7 @@ func TestTrace(t *testing.T) {
 	}
 	debugLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	defer func() { debugLog = nil }()
-	run := Run{Scenario: sc, Mode: mode, Timing: DefaultTiming, KneeCapacity: knee, Seed: max(seed, 1)}
+	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(DefaultTiming), KneeCapacity: knee, Seed: max(seed, 1)}
 	var res RunResult
 	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
 	if err != nil {
