@@ -121,9 +121,10 @@ func (c *Controller) refresh(now time.Time) {
 		if n < lo || n > hi {
 			// No live sample is near enough to weigh: localQuantile would
 			// find none (this skip keeps a large MaxCap cheap).
-		} else if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
-			q = lq
-			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.ttft.at, buf)
+		} else if w, total := localWeights(live, n, now, c.cfg.Memory, c.ttft.at, buf); total > 0 {
+			// localQuantile at P and at 0.5, from one weighing.
+			q, mf = weightedQuantile(w, total, c.cfg.Percentile), weightedQuantile(w, total, 0.5)
+			buf = w
 		}
 		prev = s.predictionAt(g, f, q, mf, prev)
 		c.tab.p[n] = prev
