@@ -15,11 +15,11 @@ import (
 // its usage report; a larger body is relayed unparsed.
 const maxWholeBody = 8 << 20
 
-// maxPendingObs bounds the observations that wait for a flush. Events that
-// arrived together leave in one flush; the response's 4 KiB write buffer
-// already sends them out every 20 or so events of a typical size, so the
-// bound only keeps the queue from growing without limit.
-const maxPendingObs = 64
+// maxPendingObs bounds the observations that wait for a flush (2 KiB).
+// Events that arrived together leave in one flush; the response's 4 KiB
+// write buffer already sends them out every 20 or so events of a typical
+// size, so the bound rarely adds a write.
+const maxPendingObs = 32
 
 // relayStream relays an SSE response event by event, flushing each at
 // once, and measures it. Per event it does one wire.Inspect and no other
