@@ -166,6 +166,10 @@ type Controller struct {
 	goodSince      int
 	good, finished decayed // measured attainment
 	classes        map[slo.Targets]*decayed
+	// measured[t][n]: requests of class t that ended while the cap held n
+	// (w) and how many of them met every target as the client felt them
+	// (sum); see attainment.
+	measured map[slo.Targets][]decayed
 
 	cap       int
 	reason    string
@@ -195,6 +199,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		outTokens:   newRatioRing(256, 2*tau),
 		ttftSamples: newSampleRing(64, tau),
 		classes:     map[slo.Targets]*decayed{},
+		measured:    map[slo.Targets][]decayed{},
 		failed:      map[int]failure{},
 		cap:         cfg.InitialCap,
 		reason:      "initial",
@@ -256,7 +261,8 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
 	clear(c.failed)     // what failed before may work now, and vice versa
 	c.idle = decayed{}
-	clear(c.dwell) // goodput measured in the old regime
+	clear(c.dwell)    // goodput measured in the old regime
+	clear(c.measured) // and attainment
 	// The spreads were measured against the old model.
 	c.tpotR.reset()
 	c.ttftR.reset()
@@ -288,6 +294,11 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 		c.classes[t] = d
 	}
 	d.add(now, tau, 1)
+	if !now.Add(-f.Hold).Before(c.changedAt) {
+		// Only requests that ran entirely under the cap count to it: one
+		// that began under a higher cap collided with its prefills.
+		c.noteMeasured(now, t, f.Good)
+	}
 	if f.Hold > 0 {
 		c.holdAvg.add(now, tau, f.Hold.Seconds())
 	}
@@ -313,6 +324,22 @@ func (c *Controller) dropFaintestClass(now time.Time) {
 		}
 	}
 	delete(c.classes, worst)
+	delete(c.measured, worst)
+}
+
+// noteMeasured counts a finished request of class t to the level the cap
+// holds now.
+func (c *Controller) noteMeasured(now time.Time, t slo.Targets, good bool) {
+	m := c.measured[t]
+	if len(m) <= c.cap {
+		m = append(m, make([]decayed, c.cap+1-len(m))...)
+		c.measured[t] = m
+	}
+	g := 0.0
+	if good {
+		g = 1
+	}
+	m[c.cap].add(now, c.cfg.Memory, g)
 }
 
 // targetsOf fills unset fields with the operator's targets.

@@ -169,7 +169,7 @@ const (
 // so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.lastDecide = now
-	c.noteDwell(now)
+	c.noteDwell(now, load)
 	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
@@ -191,7 +191,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
-	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap)
+	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
@@ -206,7 +206,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		p := c.predict(old)
 		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
 			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
-	case pl.target < c.cap && pl.gCap < (1-goodputSlack)*pl.gT:
+	case pl.target < c.cap && pl.gCap < (1-moveGain)*pl.gT && demand && c.dwellAtCap():
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
@@ -230,6 +230,28 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 }
 
+// evidenceAtCap reports whether a predicted miss at the cap may lower it:
+// when enough requests finished at this cap for their measured attainment
+// to count (it is then part of the prediction, see attainment), or when
+// the predicted time per token misses its target by a quarter. Time per token is
+// predicted from the gaps of every running stream, which hold steady
+// physics; engine TTFT is predicted from a few dozen first tokens, which a
+// change of the cap itself disturbs (a raise admits a request while others
+// prefill), so a TTFT-only miss waits for finished requests to confirm it.
+func (c *Controller) evidenceAtCap() bool {
+	t := c.targetsOf(slo.Targets{})
+	if m := c.measured[t]; c.cap < len(m) && m[c.cap].w >= measuredMin {
+		return true
+	}
+	return c.predict(c.cap).TPOT > tpotEvidence*t.TPOT.Seconds()
+}
+
+// tpotEvidence is how far the predicted P-quantile of TPOT at the cap must
+// exceed the target for the cap to be lowered before requests finished
+// there: the spread of TPOT around the step time is itself learnt from
+// finished requests, which a change of the cap disturbs.
+const tpotEvidence = 1.25
+
 func (c *Controller) raiseReason(old int, pl plan, how string) string {
 	p := c.predict(c.cap)
 	why := "meets the targets"
@@ -245,6 +267,19 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 // two levels count as equal: the cap moves for goodput only when the gain
 // exceeds it (hysteresis), and of equals the smaller level is chosen.
 const goodputSlack = 0.03
+
+// moveGain is the predicted gain of goodput for which the cap moves. Near
+// the knee goodput is flat over several levels while its prediction from a
+// few dozen first tokens a minute swings by more than that, and every move
+// costs: a raise admits a request whose prefill stalls the running ones.
+const moveGain = 0.10
+
+// dwellAtCap reports whether the cap has held long enough for its measured
+// goodput to be part of its prediction (see goodput), so that a move down
+// for goodput rests on a measurement and not on an extrapolation.
+func (c *Controller) dwellAtCap() bool {
+	return c.cap < len(c.dwell) && c.dwell[c.cap].w >= minDwell
+}
 
 // goodput is the predicted goodput at n:
 //
@@ -292,11 +327,12 @@ const (
 	fullDwell     = 60
 )
 
-// noteDwell credits the time since the last decision to the cap held, and
+// noteDwell credits the time since the last decision to the cap held, if
+// there was demand (queued, refused, or running at the cap), and
 // counts good completions to the cap that saw them end. Both decay with
 // the model's memory: a level measured a while ago still informs the
 // choice, but less.
-func (c *Controller) noteDwell(now time.Time) {
+func (c *Controller) noteDwell(now time.Time, load Load) {
 	if len(c.dwell) != c.cfg.MaxCap+1 {
 		c.dwell = make([]decayed, c.cfg.MaxCap+1)
 	}
@@ -308,10 +344,14 @@ func (c *Controller) noteDwell(now time.Time) {
 					c.dwell[i].decay(now, tau)
 				}
 			}
-			l := &c.dwell[c.cap]
-			l.decay(now, tau)
-			l.w += dt
-			l.sum += float64(c.goodSince)
+			// Only time with demand measures what the level can serve: a
+			// level idling under light load would read as a poor one.
+			if load.PeakQueued > 0 || load.Rejected > 0 || load.PeakRunning >= c.cap {
+				l := &c.dwell[c.cap]
+				l.decay(now, tau)
+				l.w += dt
+				l.sum += float64(c.goodSince)
+			}
 		}
 	}
 	c.lastDwell, c.goodSince = now, 0

@@ -106,6 +106,9 @@ func (r *Runner) applyLocked(now time.Time, old int, d Decision) {
 	r.l.SetLimit(d.Cap)
 	r.metrics.change(old, d.Cap)
 	r.log.Info("concurrency cap changed", "from", old, "to", d.Cap, "reason", d.Reason)
+	if r.log.Enabled(context.Background(), slog.LevelDebug) {
+		r.log.Debug("controller levels", "levels", r.c.debugLevels(now, old))
+	}
 	if r.onChg != nil {
 		r.onChg(now, d)
 	}

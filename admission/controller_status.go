@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/kneecap/kneecap/slo"
@@ -98,4 +99,31 @@ func (c *Controller) measuredAttainment(now time.Time) float64 {
 		return 0
 	}
 	return c.good.w / c.finished.w
+}
+
+// debugLevels describes the levels around n for a debug log: per level the
+// predicted attainment (operator's targets), the measured one and its
+// weight, the predicted goodput, and the measured dwell.
+func (c *Controller) debugLevels(now time.Time, n int) string {
+	if !c.tab.ok {
+		return "no model"
+	}
+	t := c.targetsOf(slo.Targets{})
+	a := c.attainment(t)
+	classes := c.classShares(now)
+	var b []byte
+	for k := max(1, n-3); k <= min(c.cfg.MaxCap, n+3); k++ {
+		ma, mw := 0.0, 0.0
+		if m := c.measured[t]; k < len(m) && m[k].w > 0 {
+			mw, ma = m[k].w, m[k].sum/m[k].w
+		}
+		dw, dg := 0.0, 0.0
+		if k < len(c.dwell) && c.dwell[k].w > 0 {
+			dw, dg = c.dwell[k].w, c.dwell[k].sum/c.dwell[k].w
+		}
+		p := c.predict(k)
+		b = fmt.Appendf(b, "[%d A=%.2f meas=%.2f/%.0f G=%.3f dwell=%.0fs/%.3f ttftP=%.2f tpotP=%.3f hold=%.1f] ",
+			k, a[k], ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold)
+	}
+	return string(b)
 }

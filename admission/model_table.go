@@ -235,6 +235,31 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 		}
 		a[n] = at * ap * ae
 	}
+	// Feedback: where the cap has held a level long enough for requests
+	// to finish there, the share that met the targets as the client felt
+	// them (queue wait included) takes over from the prediction,
+	// w = min(1, finished / measuredFull). It carries what the model
+	// leaves out or gets wrong (how often prefills collide at this cap,
+	// the queue, a transient in the samples near n).
+	m := c.measured[t]
+	for n := 1; n < len(m) && n <= top; n++ {
+		d := &m[n]
+		if d.w == 0 {
+			continue
+		}
+		d.decay(c.tab.at, c.cfg.Memory)
+		if d.w >= measuredMin {
+			w := math.Min(1, d.w/measuredFull)
+			a[n] = w*d.sum/d.w + (1-w)*a[n]
+		}
+	}
 	c.tab.att[t] = a
 	return a
 }
+
+// The forgotten count of requests finished at a cap level from which their
+// measured attainment is used, and from which it replaces the prediction.
+const (
+	measuredMin  = 8
+	measuredFull = 30
+)

@@ -73,12 +73,12 @@ func TestScenarios(t *testing.T) {
 }
 
 // ciFloor is the lowest adaptive / oracle goodput share CI accepts per
-// scenario. Runs are not repeatable, even with one seed, and the controller
-// still sometimes settles at cap 1, so a share can fall far below its usual
-// range: shares seen (docs/scenarios.md) 1 0.64-1.13, 2 0.93-1.00,
-// 3 0.88-0.93, 4 0.87-1.02, 5 0.64-0.97, 6 1.00, 7 0.74-0.97, 8 0.73-0.79.
-// The floors catch a controller that breaks, not one that is unlucky.
-var ciFloor = map[int]float64{1: 0.5, 2: 0.5, 3: 0.5, 4: 0.5, 5: 0.45, 6: 0.95, 7: 0.5, 8: 0.5}
+// scenario. Runs are not repeatable, even with one seed, and a single run
+// swings by 10-20 %: shares seen on this code (docs/scenarios.md) 1
+// 0.93-1.02, 2 0.97-1.04, 3 0.90-0.94, 4 0.83-0.98, 5 0.89-0.97, 6 1.00,
+// 7 0.77-0.97, 8 0.78-0.99. The floors catch a controller that breaks (as
+// one that settles at cap 1 did, at 0.64), not one that is unlucky.
+var ciFloor = map[int]float64{1: 0.6, 2: 0.6, 3: 0.6, 4: 0.6, 5: 0.6, 6: 0.95, 7: 0.6, 8: 0.6}
 
 // peerSlack is how far a peer may come out ahead of the adaptive controller
 // in one run before CI fails: in bursts (scenario 7), the peers' best case,

@@ -1,0 +1,65 @@
+package scenarios
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"testing/synctest"
+)
+
+// TestTrace runs one scenario in one mode and logs every change of the cap
+// with its reason, for looking into a run by hand:
+//
+//	KNEECAP_TRACE=1 KNEECAP_TRACE_SEED=3 go test -run TestTrace -v ./scenarios/
+//
+// KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
+// Open-loop scenarios take their rate from KNEECAP_TRACE_KNEE (req/s,
+// default 0.55). Without KNEECAP_TRACE it skips.
+func TestTrace(t *testing.T) {
+	v := os.Getenv("KNEECAP_TRACE")
+	if v == "" {
+		t.Skip("set KNEECAP_TRACE to a scenario ID")
+	}
+	id, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("KNEECAP_TRACE=%q: not a scenario ID", v)
+	}
+	var sc Scenario
+	for _, s := range All() {
+		if s.ID == id {
+			sc = s
+		}
+	}
+	if sc.ID == 0 {
+		t.Fatalf("KNEECAP_TRACE=%d: no such scenario", id)
+	}
+	seed, _ := strconv.ParseUint(os.Getenv("KNEECAP_TRACE_SEED"), 10, 64)
+	mode := Mode{Kind: "adaptive"}
+	if m := os.Getenv("KNEECAP_TRACE_MODE"); strings.HasPrefix(m, "static-") {
+		c, err := strconv.Atoi(strings.TrimPrefix(m, "static-"))
+		if err != nil {
+			t.Fatalf("KNEECAP_TRACE_MODE=%q", m)
+		}
+		mode = Mode{Kind: "static", Cap: c}
+	}
+	knee := 0.55
+	if k, err := strconv.ParseFloat(os.Getenv("KNEECAP_TRACE_KNEE"), 64); err == nil {
+		knee = k
+	}
+	debugLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	defer func() { debugLog = nil }()
+	run := Run{Scenario: sc, Mode: mode, Timing: DefaultTiming, KneeCapacity: knee, Seed: max(seed, 1)}
+	var res RunResult
+	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(os.Stderr, "goodput %.3f (halves %.3f %.3f), %d good of %d completed, %d rejected, %d errors; caps %s\n",
+		res.Goodput, res.Halves[0], res.Halves[1], res.Good, res.Completed, res.Rejected, res.Errors, trajectoryString(res.Caps))
+	if res.Completed == 0 {
+		t.Error("nothing completed")
+	}
+}
