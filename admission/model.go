@@ -62,15 +62,19 @@ type curve struct {
 	capW           float64
 	prior          float64
 	xOf            func(n float64) float64 // nil: x = n
-	levels         []decayed               // index n = running count; 0 unused
+	maxN           int                     // the highest level kept; higher counts land there
+	levels         []decayed               // index n = running count; 0 unused; grown on demand up to maxN
 	a, b           float64
 	shapeA, shapeB float64 // last fit from two or more levels
 	points         int     // levels with weight >= minLevelWeight in the fit
 	ok             bool
 }
 
+// newCurve returns a curve over levels 1..maxN. Its per-level memory grows
+// with the highest level that got a sample, not with maxN: a cap fixed far
+// above any running count (KNEECAP_MAX_CONCURRENCY=100000) costs nothing.
 func newCurve(maxN int, tau time.Duration, capW float64) *curve {
-	return &curve{tau: tau, capW: capW, levels: make([]decayed, maxN+1)}
+	return &curve{tau: tau, capW: capW, maxN: maxN}
 }
 
 func (c *curve) x(n float64) float64 {
@@ -81,17 +85,24 @@ func (c *curve) x(n float64) float64 {
 }
 
 func (c *curve) clampN(n int) int {
-	if n < 1 {
-		return 1
-	}
-	if n >= len(c.levels) {
-		return len(c.levels) - 1
-	}
-	return n
+	return max(1, min(n, c.maxN))
 }
 
 func (c *curve) add(now time.Time, n int, y float64) {
-	c.levels[c.clampN(n)].add(now, c.tau, y)
+	i := c.clampN(n)
+	c.levels = growLevels(c.levels, i, c.maxN)
+	c.levels[i].add(now, c.tau, y)
+}
+
+// growLevels makes levels long enough to index i (i <= maxN), at least
+// doubling it so that growth is rare; new levels are empty.
+func growLevels[T any](levels []T, i, maxN int) []T {
+	if i < len(levels) {
+		return levels
+	}
+	grown := make([]T, min(maxN+1, max(i+1, 2*len(levels), 16)))
+	copy(grown, levels)
+	return grown
 }
 
 // minLevelWeight is the weight below which a level does not count as a
@@ -177,9 +188,14 @@ func (c *curve) scale(f, share float64) {
 	c.shapeB *= f
 }
 
-// level returns the forgotten weight and mean at n.
+// level returns the forgotten weight and mean at n (zero where no sample
+// ever came).
 func (c *curve) level(n int) (w, mean float64) {
-	l := c.levels[c.clampN(n)]
+	i := c.clampN(n)
+	if i >= len(c.levels) {
+		return 0, 0
+	}
+	l := c.levels[i]
 	return l.w, l.mean()
 }
 
@@ -199,18 +215,21 @@ type shiftDetector struct {
 	long, short      time.Duration
 	k                float64
 	minShort, minLon float64
-	lv               []shiftLevel
+	maxN             int
+	lv               []shiftLevel // grown on demand up to maxN, as curve.levels
 	strikes          int
 }
 
 type shiftLevel struct{ long, short decayed }
 
 func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong float64) *shiftDetector {
-	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, lv: make([]shiftLevel, maxN+1)}
+	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, maxN: maxN}
 }
 
 func (s *shiftDetector) add(now time.Time, n int, y float64) {
-	l := &s.lv[max(1, min(n, len(s.lv)-1))]
+	i := max(1, min(n, s.maxN))
+	s.lv = growLevels(s.lv, i, s.maxN)
+	l := &s.lv[i]
 	if l.long.w > 0 {
 		l.long.decay(now, s.long)
 		y = math.Min(y, 3*l.long.mean())
@@ -224,6 +243,7 @@ func (s *shiftDetector) add(now time.Time, n int, y float64) {
 func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
 	// The cap's level and the one below it (running dips below the cap
 	// between a release and the next admission) are pooled.
+	// Levels that never got a sample add nothing (they are not stored).
 	var short, long decayed
 	for m := max(1, n-1); m <= min(n, len(s.lv)-1); m++ {
 		l := &s.lv[m]

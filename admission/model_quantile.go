@@ -49,8 +49,19 @@ func localSpan(samples []sample) (lo, hi int) {
 }
 
 func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.Duration, meanAt func(float64) float64, buf []wsample) (float64, bool) {
-	if len(samples) == 0 {
+	buf, total := localWeights(samples, n, now, tau, meanAt, buf)
+	if total == 0 {
 		return 0, false
+	}
+	return weightedQuantile(buf, total, p), true
+}
+
+// localWeights moves the samples to level n and weighs them as
+// localQuantile does, sorted by value, with their total weight (0: none
+// weighs anything). Several quantiles at one level can share one call.
+func localWeights(samples []sample, n int, now time.Time, tau time.Duration, meanAt func(float64) float64, buf []wsample) ([]wsample, float64) {
+	if len(samples) == 0 {
+		return buf[:0], 0
 	}
 	buf = buf[:0]
 	total := 0.0
@@ -64,9 +75,15 @@ func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.D
 		total += w
 	}
 	if total == 0 {
-		return 0, false
+		return buf, 0
 	}
 	slices.SortFunc(buf, func(a, b wsample) int { return cmp.Compare(a.y, b.y) })
+	return buf, total
+}
+
+// weightedQuantile is the p-quantile of sorted weighted values with total
+// weight total > 0.
+func weightedQuantile(buf []wsample, total, p float64) float64 {
 	// Each sample sits at the middle of its weight: F(y_i) = (cum_i - w_i/2)/total.
 	target, cum := p*total, 0.0
 	prevY, prevF := buf[0].y, 0.0
@@ -74,14 +91,14 @@ func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.D
 		f := cum + s.w/2
 		if f >= target {
 			if i == 0 {
-				return s.y, true
+				return s.y
 			}
-			return prevY + (s.y-prevY)*(target-prevF)/(f-prevF), true
+			return prevY + (s.y-prevY)*(target-prevF)/(f-prevF)
 		}
 		cum += s.w
 		prevY, prevF = s.y, f
 	}
-	return buf[len(buf)-1].y, true
+	return buf[len(buf)-1].y
 }
 
 // wsample is a weighted value.

@@ -29,13 +29,14 @@ type spread struct {
 	outP, outMean              float64
 }
 
-// table is the model's predictions for every level 1..MaxCap, rebuilt by
-// refresh; decisions between two refreshes read it.
+// table is the model's predictions for the levels 1..len(p)-1, rebuilt by
+// refresh; decisions between two refreshes read it through predict, which
+// computes the levels above from the fitted curves.
 type table struct {
 	ok  bool
 	at  time.Time
 	s   spread
-	p   []prediction // index n
+	p   []prediction // index n, up to the highest level with measurements
 	ttf []sample     // live engine TTFT samples
 	tp  []float64    // live TPOT ratios, sorted
 	att map[slo.Targets][]float64
@@ -85,10 +86,6 @@ func (c *Controller) refresh(now time.Time) {
 	}
 	s := c.spreadAt(now)
 	c.tab.s = s
-	maxN := c.cfg.MaxCap
-	if len(c.tab.p) != maxN+1 {
-		c.tab.p = make([]prediction, maxN+1)
-	}
 	live := c.ttftSamples.live(now)
 	c.tab.at, c.tab.ttf, c.tab.att = now, live, map[slo.Targets][]float64{}
 	c.tab.tp = c.tpotR.values(now)
@@ -101,8 +98,21 @@ func (c *Controller) refresh(now time.Time) {
 	}
 	buf := make([]wsample, 0, len(live))
 	lo, hi := localSpan(live)
+	// Above the highest level with a measured gap and beyond the reach of
+	// the live TTFT samples, a prediction follows the fitted curves alone:
+	// predict computes those levels when asked instead of storing MaxCap
+	// of them (with a cap fixed at 100000, 6 MB rebuilt every second).
+	maxN := c.cfg.MaxCap
+	top := maxN
+	if c.curvesOnlyAbove(s) {
+		top = min(maxN, max(len(c.gap.levels)-1, hi, 1))
+	}
+	if cap(c.tab.p) < top+1 {
+		c.tab.p = make([]prediction, top+1)
+	}
+	c.tab.p = c.tab.p[:top+1]
 	var prev prediction
-	for n := 1; n <= maxN; n++ {
+	for n := 1; n <= top; n++ {
 		g := c.gap.at(float64(n))
 		if w, m := c.gap.level(n); w > 0 {
 			k := math.Min(1, w/fullGapWeight)
@@ -113,24 +123,57 @@ func (c *Controller) refresh(now time.Time) {
 		if n < lo || n > hi {
 			// No live sample is near enough to weigh: localQuantile would
 			// find none (this skip keeps a large MaxCap cheap).
-		} else if lq, ok := localQuantile(live, n, c.cfg.Percentile, now, c.cfg.Memory, c.ttft.at, buf); ok {
-			q = lq
-			mf, _ = localQuantile(live, n, 0.5, now, c.cfg.Memory, c.ttft.at, buf)
+		} else if w, total := localWeights(live, n, now, c.cfg.Memory, c.ttft.at, buf); total > 0 {
+			// localQuantile at P and at 0.5, from one weighing.
+			q, mf = weightedQuantile(w, total, c.cfg.Percentile), weightedQuantile(w, total, 0.5)
+			buf = w
 		}
-		x := prediction{TPOT: s.qTPOT * g, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f}
-		x.TPOT = math.Max(x.TPOT, prev.TPOT)
-		x.TTFT = math.Max(x.TTFT, prev.TTFT)
-		x.MeanTTFT = math.Max(x.MeanTTFT, prev.MeanTTFT)
-		x.E2E = x.TTFT + math.Max(s.outP-1, 0)*x.TPOT
-		x.Hold = x.MeanTTFT + math.Max(s.outMean-1, 0)*s.mTPOT*g
-		c.tab.p[n] = x
-		prev = x
+		prev = s.predictionAt(g, f, q, mf, prev)
+		c.tab.p[n] = prev
 	}
 }
 
-// predict returns the table's prediction at n (clamped to [1, MaxCap]).
+// predictionAt is the prediction at a level with mean gap g, fitted engine
+// TTFT f, and engine TTFT P-quantile q and median mf there, made no lower
+// than prev, the prediction one level below.
+func (s spread) predictionAt(g, f, q, mf float64, prev prediction) prediction {
+	x := prediction{TPOT: s.qTPOT * g, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f}
+	x.TPOT = math.Max(x.TPOT, prev.TPOT)
+	x.TTFT = math.Max(x.TTFT, prev.TTFT)
+	x.MeanTTFT = math.Max(x.MeanTTFT, prev.MeanTTFT)
+	x.E2E = x.TTFT + math.Max(s.outP-1, 0)*x.TPOT
+	x.Hold = x.MeanTTFT + math.Max(s.outMean-1, 0)*s.mTPOT*g
+	return x
+}
+
+// curvesOnlyAbove reports whether the predictions above the stored levels
+// can be computed on demand and equal what refresh would have stored: the
+// curve-only values TPOT = qTPOT*gap(n), TTFT = qTTFT*ttft(n) and
+// MeanTTFT = mTTFT*ttft(n) never fall with n (non-negative slopes and
+// factors; rounding is monotone too), so the running maximum refresh keeps
+// is at level n the larger of the last stored level and level n's own
+// value. Otherwise (never seen: a fit keeps the slopes >= 0) refresh
+// stores every level as before.
+func (c *Controller) curvesOnlyAbove(s spread) bool {
+	return c.gap.xOf == nil && c.gap.b >= 0 && c.ttft.b >= 0 &&
+		s.qTPOT >= 0 && s.qTTFT >= 0 && s.mTTFT >= 0
+}
+
+// predict returns the prediction at n (clamped to [1, MaxCap]). Levels
+// above the table follow the fitted curves (see refresh); the curves'
+// coefficients change only in refresh and in a shift, which Decide always
+// follows with refresh, so the value is what refresh would have stored.
 func (c *Controller) predict(n int) prediction {
-	return c.tab.p[max(1, min(n, c.cfg.MaxCap))]
+	n = max(1, min(n, c.cfg.MaxCap))
+	if n < len(c.tab.p) {
+		return c.tab.p[n]
+	}
+	if len(c.tab.p) < 2 {
+		return prediction{} // no table yet
+	}
+	s := c.tab.s
+	g, f := c.gap.at(float64(n)), c.ttft.at(float64(n))
+	return s.predictionAt(g, f, s.qTTFT*f, s.mTTFT*f, c.tab.p[len(c.tab.p)-1])
 }
 
 // attainment returns, for n = 0..MaxCap, the predicted share of requests
@@ -162,7 +205,7 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 	tt, tp, te := t.TTFT.Seconds(), t.TPOT.Seconds(), t.E2E.Seconds()
 	step := func(u, width float64) float64 { return 1 / (1 + math.Exp(-u/width)) }
 	for n := 1; n <= top; n++ {
-		x := c.tab.p[n]
+		x := c.predict(n)
 		at := 1.0
 		if tt > 0 {
 			at = step(tt-x.TTFT, 0.005*tt) // before any sample: the prediction

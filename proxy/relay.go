@@ -15,6 +15,12 @@ import (
 // its usage report; a larger body is relayed unparsed.
 const maxWholeBody = 8 << 20
 
+// maxPendingObs bounds the observations that wait for a flush (2 KiB).
+// Events that arrived together leave in one flush; the response's 4 KiB
+// write buffer already sends them out every 20 or so events of a typical
+// size, so the bound rarely adds a write.
+const maxPendingObs = 32
+
 // relayStream relays an SSE response event by event, flushing each at
 // once, and measures it. Per event it does one wire.Inspect and no other
 // allocation: the event reader reuses its buffers and observations are
@@ -37,10 +43,11 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		readErr     error
 		// Observations wait here until their chunks are flushed to the
 		// client, so that no observer can delay a client; they keep the
-		// time each chunk arrived.
+		// time each chunk arrived. The queue starts small and grows (up to
+		// maxPendingObs) only for streams whose events arrive together.
 		firstObs     FirstChunk
 		haveFirstObs bool
-		chunkObs     = make([]Chunk, 0, 8)
+		chunkObs     = make([]Chunk, 0, 4)
 	)
 	// Flush when the reader holds no further event that already arrived:
 	// each event still reaches the client as soon as it arrived, but events
@@ -99,7 +106,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		}
 		// Flush once the reader holds no event that already arrived, or
 		// when the queue of observations waiting for a flush is full.
-		if dirty && (consumed == src.n || len(chunkObs) == cap(chunkObs)) {
+		if dirty && (consumed == src.n || len(chunkObs) >= maxPendingObs) {
 			dirty = false
 			if err := rc.Flush(); err != nil {
 				clientGone = true
