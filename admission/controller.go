@@ -161,7 +161,7 @@ type Controller struct {
 	holdAvg      decayed // mean slot hold, measured
 	idle         decayed // time a freed slot waits for a request under demand
 	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
-	dwell          []decayed
+	dwell          perLevel
 	lastDwell      time.Time
 	goodSince      int
 	good, finished decayed // measured attainment
@@ -169,7 +169,7 @@ type Controller struct {
 	// measured[t][n]: requests of class t that ended while the cap held n
 	// (w) and how many of them met every target as the client felt them
 	// (sum); see attainment.
-	measured map[slo.Targets][]decayed
+	measured map[slo.Targets]perLevel
 
 	cap       int
 	reason    string
@@ -199,7 +199,8 @@ func NewController(cfg ControllerConfig) *Controller {
 		outTokens:   newRatioRing(256, 2*tau),
 		ttftSamples: newSampleRing(64, tau),
 		classes:     map[slo.Targets]*decayed{},
-		measured:    map[slo.Targets][]decayed{},
+		measured:    map[slo.Targets]perLevel{},
+		dwell:       perLevel{},
 		failed:      map[int]failure{},
 		cap:         cfg.InitialCap,
 		reason:      "initial",
@@ -331,15 +332,38 @@ func (c *Controller) dropFaintestClass(now time.Time) {
 // holds now.
 func (c *Controller) noteMeasured(now time.Time, t slo.Targets, good bool) {
 	m := c.measured[t]
-	if len(m) <= c.cap {
-		m = append(m, make([]decayed, c.cap+1-len(m))...)
+	if m == nil {
+		m = perLevel{}
 		c.measured[t] = m
 	}
 	g := 0.0
 	if good {
 		g = 1
 	}
-	m[c.cap].add(now, c.cfg.Memory, g)
+	m.at(c.cap).add(now, c.cfg.Memory, g)
+}
+
+// perLevel holds one forgotten sum per cap level the cap has held: a few
+// levels, whatever MaxCap (a fixed cap of 100000 holds one). Every level is
+// used on its own, so the map's order never matters.
+type perLevel map[int]*decayed
+
+// at returns level n's sum, creating it.
+func (p perLevel) at(n int) *decayed {
+	d := p[n]
+	if d == nil {
+		d = &decayed{}
+		p[n] = d
+	}
+	return d
+}
+
+// get returns level n's sum, empty if it has none.
+func (p perLevel) get(n int) decayed {
+	if d := p[n]; d != nil {
+		return *d
+	}
+	return decayed{}
 }
 
 // targetsOf fills unset fields with the operator's targets.

@@ -256,7 +256,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 // prefill), so a TTFT-only miss waits for finished requests to confirm it.
 func (c *Controller) evidenceAtCap() bool {
 	t := c.targetsOf(slo.Targets{})
-	if m := c.measured[t]; c.cap < len(m) && m[c.cap].w >= measuredMin {
+	if c.measured[t].get(c.cap).w >= measuredMin {
 		return true
 	}
 	return c.predict(c.cap).TPOT > tpotEvidence*t.TPOT.Seconds()
@@ -294,7 +294,7 @@ const moveGain = 0.10
 // goodput to be part of its prediction (see goodput), so that a move down
 // for goodput rests on a measurement and not on an extrapolation.
 func (c *Controller) dwellAtCap() bool {
-	return c.cap < len(c.dwell) && c.dwell[c.cap].w >= minDwell
+	return c.dwell.get(c.cap).w >= minDwell
 }
 
 // goodput is the predicted goodput at n:
@@ -325,11 +325,9 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 	// there (good completions per second of holding) takes over from the
 	// prediction, w = min(1, dwell / 60s); it carries what the model
 	// leaves out (slots idle between clients, queue waits, misses).
-	if n < len(c.dwell) {
-		if d := c.dwell[n].w; d >= minDwell {
-			w := math.Min(1, d/fullDwell)
-			g = w*c.dwell[n].sum/d + (1-w)*g
-		}
+	if d := c.dwell.get(n); d.w >= minDwell {
+		w := math.Min(1, d.w/fullDwell)
+		g = w*d.sum/d.w + (1-w)*g
 	}
 	return g
 }
@@ -349,21 +347,18 @@ const (
 // the model's memory: a level measured a while ago still informs the
 // choice, but less.
 func (c *Controller) noteDwell(now time.Time, load Load) {
-	if len(c.dwell) != c.cfg.MaxCap+1 {
-		c.dwell = make([]decayed, c.cfg.MaxCap+1)
-	}
 	if !c.lastDwell.IsZero() {
 		if dt := now.Sub(c.lastDwell).Seconds(); dt > 0 && dt < 10 {
 			tau := c.cfg.Memory
-			for i := range c.dwell {
-				if c.dwell[i].w > 0 {
-					c.dwell[i].decay(now, tau)
+			for n, d := range c.dwell {
+				if d.decay(now, tau); d.w < 1e-3 {
+					delete(c.dwell, n)
 				}
 			}
 			// Only time with demand measures what the level can serve: a
 			// level idling under light load would read as a poor one.
 			if load.PeakQueued > 0 || load.Rejected > 0 || load.PeakRunning >= c.cap {
-				l := &c.dwell[c.cap]
+				l := c.dwell.at(c.cap)
 				l.decay(now, tau)
 				l.w += dt
 				l.sum += float64(c.goodSince)

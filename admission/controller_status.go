@@ -114,12 +114,12 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 	var b []byte
 	for k := max(1, n-3); k <= min(c.cfg.MaxCap, n+3); k++ {
 		ma, mw := 0.0, 0.0
-		if m := c.measured[t]; k < len(m) && m[k].w > 0 {
-			mw, ma = m[k].w, m[k].sum/m[k].w
+		if m := c.measured[t].get(k); m.w > 0 {
+			mw, ma = m.w, m.sum/m.w
 		}
 		dw, dg := 0.0, 0.0
-		if k < len(c.dwell) && c.dwell[k].w > 0 {
-			dw, dg = c.dwell[k].w, c.dwell[k].sum/c.dwell[k].w
+		if d := c.dwell.get(k); d.w > 0 {
+			dw, dg = d.w, d.sum/d.w
 		}
 		p := c.predict(k)
 		b = fmt.Appendf(b, "[%d A=%.2f meas=%.2f/%.0f G=%.3f dwell=%.0fs/%.3f ttftP=%.2f tpotP=%.3f hold=%.1f] ",

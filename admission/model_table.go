@@ -246,10 +246,8 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 	// w = min(1, finished / measuredFull). It carries what the model
 	// leaves out or gets wrong (how often prefills collide at this cap,
 	// the queue, a transient in the samples near n).
-	m := c.measured[t]
-	for n := 1; n < len(m) && n <= top; n++ {
-		d := &m[n]
-		if d.w == 0 {
+	for n, d := range c.measured[t] {
+		if n < 1 || n > top {
 			continue
 		}
 		d.decay(c.tab.at, c.cfg.Memory)

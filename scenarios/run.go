@@ -114,8 +114,17 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 			return RunResult{}, err
 		}
 		traj = fe.traj
-		// The gateway stops (and drains) before the engine does.
-		wg.Go(func() { _ = fe.gw.Run(gwCtx) })
+		// The gateway stops (and drains) before the engine does. In virtual
+		// time it starts half an eventSpacing late, so that its controller
+		// decides at whole seconds plus that, never at the instant of a
+		// whole-second event of the users (a burst's first arrival, a
+		// Retry-After).
+		wg.Go(func() {
+			if !r.RealTime {
+				time.Sleep(eventSpacing / 2)
+			}
+			_ = fe.gw.Run(gwCtx)
+		})
 		front = gwE
 	}
 
