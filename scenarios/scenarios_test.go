@@ -74,12 +74,14 @@ func TestScenarios(t *testing.T) {
 }
 
 // ciFloor is the lowest adaptive / oracle goodput share CI accepts per
-// scenario. Runs are not repeatable, even with one seed, and a single run
-// swings by 10-20 %: shares seen on this code (docs/scenarios.md) 1
-// 0.93-1.02, 2 0.97-1.04, 3 0.90-0.94, 4 0.83-0.98, 5 0.89-0.97, 6 1.00,
-// 7 0.77-0.97, 8 0.78-0.99. The floors catch a controller that breaks (as
-// one that settles at cap 1 did, at 0.64), not one that is unlucky.
-var ciFloor = map[int]float64{1: 0.6, 2: 0.6, 3: 0.6, 4: 0.6, 5: 0.6, 6: 0.95, 7: 0.6, 8: 0.6}
+// scenario. Runs are exactly repeatable, so on this code CI sees the
+// shares of docs/scenarios.md's table (seed 1: 0.95 0.98 0.88 0.99 1.02
+// 1.00 0.99 0.98); over seeds 1-7 (caps 1-8) the lowest were 0.93 0.98
+// 0.87 0.95 0.94 1.00 0.92 0.94. The floors sit below those, so that a
+// change of the controller that costs a few percent on this seed still
+// lands, and one that breaks it (as settling at cap 1 did, at 0.64) does
+// not.
+var ciFloor = map[int]float64{1: 0.85, 2: 0.85, 3: 0.8, 4: 0.85, 5: 0.85, 6: 0.95, 7: 0.85, 8: 0.85}
 
 // peerSlack is how far a peer may come out ahead of the adaptive controller
 // in one run before CI fails: in bursts (scenario 7), the peers' best case,
