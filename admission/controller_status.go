@@ -55,7 +55,8 @@ type LevelStatus struct {
 }
 
 // Status reports the controller's state. It lists the levels from 1 to
-// twice the cap (at most MaxCap) and any other level with measurements.
+// twice the cap (at most MaxCap, and at most 16 above the highest level
+// measured) and any other level with measurements.
 func (c *Controller) Status(now time.Time) ControllerStatus {
 	s := c.tab.s
 	st := ControllerStatus{
@@ -70,7 +71,7 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 	}
 	t := c.targetsOf(slo.Targets{})
 	ready := c.tab.ok
-	for n := 1; n <= c.cfg.MaxCap; n++ {
+	for n := 1; n <= min(c.cfg.MaxCap, c.levelsSeen()+16); n++ {
 		gw, gm := c.gap.level(n)
 		tw, tm := c.ttft.level(n)
 		if n > 2*c.cap && gw < 0.5 && tw < 0.5 {

@@ -180,3 +180,19 @@ func TestAdmitBeforeLearningAdmitsAll(t *testing.T) {
 		t.Fatal("refused with nothing learned")
 	}
 }
+
+// With a fixed cap far above anything measured, /status lists the levels
+// that were measured and a few above, not every level up to the cap.
+func TestStatusAtLargeFixedCapIsBounded(t *testing.T) {
+	e := bf16Like()
+	e.demand = 8
+	c := NewController(ControllerConfig{Fixed: true, InitialCap: 100000, MaxCap: 100000})
+	now, _ := e.run(t, c, t0, time.Minute)
+	st := c.Status(now)
+	if len(st.Levels) == 0 || len(st.Levels) > 64 {
+		t.Fatalf("%d levels listed at a fixed cap of 100000 with 8 running, want 1..64", len(st.Levels))
+	}
+	if st.Levels[7].Running != 8 || st.Levels[7].GapSamples == 0 {
+		t.Errorf("level 8, where the engine ran, is %+v", st.Levels[7])
+	}
+}

@@ -201,7 +201,7 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 	}
 	maxN := c.cfg.MaxCap
 	a := make([]float64, maxN+1)
-	top := min(maxN, 2*c.cap+16)
+	top := min(maxN, 2*c.cap+16, c.levelsSeen()+16)
 	tt, tp, te := t.TTFT.Seconds(), t.TPOT.Seconds(), t.E2E.Seconds()
 	step := func(u, width float64) float64 { return 1 / (1 + math.Exp(-u/width)) }
 	for n := 1; n <= top; n++ {
@@ -281,3 +281,10 @@ const (
 	measuredMin  = 8
 	measuredFull = 30
 )
+
+// levelsSeen is the highest running count with a sample of either latency:
+// nothing is asked of levels far above it (a fixed cap of 100000 would
+// otherwise have its attainment computed at every level for /status).
+func (c *Controller) levelsSeen() int {
+	return max(len(c.gap.levels), len(c.ttft.levels), 2) - 1
+}
