@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -11,26 +10,8 @@ import (
 
 	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/gateway"
+	"github.com/kneecap/kneecap/proxy/proxytest"
 )
-
-// memEngine answers every request with the same SSE body from memory, so
-// that a benchmark measures the gateway's own work and no I/O.
-type memEngine struct{ body []byte }
-
-func (m memEngine) RoundTrip(r *http.Request) (*http.Response, error) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	return &http.Response{
-		StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), Request: r,
-	}, nil
-}
-
-type discardWriter struct{ h http.Header }
-
-func (d *discardWriter) Header() http.Header         { return d.h }
-func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discardWriter) WriteHeader(int)             {}
-func (d *discardWriter) Flush()                      {}
 
 // BenchmarkGatewayStream relays one stream of 100 output chunks per op
 // through the whole traffic handler as kneecap serve wires it: router,
@@ -51,7 +32,7 @@ func BenchmarkGatewayStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := gateway.New(cfg, gateway.WithTransport(memEngine{[]byte(sb.String())}),
+	g, err := gateway.New(cfg, gateway.WithTransport(proxytest.MemEngine{Body: []byte(sb.String())}),
 		gateway.WithRegistry(prometheus.NewRegistry()), gateway.WithController(adaptive.New(adaptive.Config{})))
 	if err != nil {
 		b.Fatal(err)
@@ -62,6 +43,6 @@ func BenchmarkGatewayStream(b *testing.B) {
 	for b.Loop() {
 		r, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
 		r.RemoteAddr = "127.0.0.1:1234"
-		h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+		h.ServeHTTP(&proxytest.DiscardWriter{H: http.Header{}}, r)
 	}
 }

@@ -2,35 +2,15 @@ package proxy
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 
 	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/proxy/proxytest"
 	"github.com/kneecap/kneecap/slo"
 )
-
-// memEngine is a RoundTripper that answers every request with the same SSE
-// body from memory, so that a benchmark measures the relay alone.
-type memEngine struct{ body []byte }
-
-func (m memEngine) RoundTrip(r *http.Request) (*http.Response, error) {
-	_, _ = io.Copy(io.Discard, r.Body)
-	return &http.Response{
-		StatusCode: 200, Header: http.Header{"Content-Type": {"text/event-stream"}},
-		Body: io.NopCloser(bytes.NewReader(m.body)), Request: r,
-	}, nil
-}
-
-// discardWriter is a ResponseWriter that drops what it gets and can flush.
-type discardWriter struct{ h http.Header }
-
-func (d *discardWriter) Header() http.Header         { return d.h }
-func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (d *discardWriter) WriteHeader(int)             {}
-func (d *discardWriter) Flush()                      {}
 
 type countObserver struct{ n int }
 
@@ -55,7 +35,7 @@ func BenchmarkRelayStream(b *testing.B) {
 	up, _ := url.Parse("http://engine")
 	obs := &countObserver{}
 	p, err := New(Config{
-		Upstream: up, Transport: memEngine{[]byte(sb.String())},
+		Upstream: up, Transport: proxytest.MemEngine{Body: []byte(sb.String())},
 		Limiter: admission.NewLimiter(admission.Config{Limit: 1}), Observer: obs,
 		Targets: slo.Targets{TTFT: 1e9, TPOT: 1e8},
 	})
@@ -68,7 +48,7 @@ func BenchmarkRelayStream(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(body))
-		h.ServeHTTP(&discardWriter{h: http.Header{}}, r)
+		h.ServeHTTP(&proxytest.DiscardWriter{H: http.Header{}}, r)
 	}
 	if obs.n == 0 {
 		b.Fatal("no chunks observed")
