@@ -30,7 +30,10 @@
 // and commits under Sim.mu. Each request is served on its handler's
 // goroutine, which enqueues its sequence under Sim.mu and then waits on the
 // sequence's one-slot channel; the loop publishes tokens to it through
-// atomics, so handlers never take the engine lock per token. The package
+// atomics, so handlers never take the engine lock per token. With
+// Config.Stagger a woken handler then sleeps until its turn in the step's
+// output (batch order, Stagger apart), so that in a synctest bubble no two
+// streams receive a step's chunk at the same instant. The package
 // starts no other goroutines and has no package-level mutable state; when
 // Run returns, every request still in the engine ends with an error.
 //
