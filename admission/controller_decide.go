@@ -166,10 +166,11 @@ const (
 // Decide refits the model and moves the cap towards the plan's target:
 //   - lower, by one (by up to half the cap when its predicted attainment
 //     is more than 0.2 below P), when the target is below the cap and the
-//     cap either misses P by more than 0.03 (and the engine ran above the
-//     target, and the target does not cost more than 5 % of the goodput:
-//     where it would, goodput wins, as for raises) or
-//     predicts less goodput than the target by more than 3 %;
+//     cap either misses P by more than 0.03 with evidence at the cap (see
+//     evidenceAtCap; and the engine ran above the target, and the target
+//     does not cost more than 5 % of the goodput: where it would, goodput
+//     wins, as for raises) or, with demand and 20 s held (dwellAtCap),
+//     predicts less goodput than the target by more than 10 % (moveGain);
 //   - raise, by at most a quarter of the cap, towards a target above it
 //     that predicts more goodput by more than 3 %, when there is demand:
 //     requests queued or refused, or the engine within max(1, cap/8) of
@@ -282,8 +283,9 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 }
 
 // goodputSlack is the relative difference of predicted goodput below which
-// two levels count as equal: the cap moves for goodput only when the gain
-// exceeds it (hysteresis), and of equals the smaller level is chosen.
+// two levels count as equal: the cap is raised for goodput only when the
+// gain exceeds it (hysteresis; lowering needs moveGain), and of equals
+// goodputBest chooses the larger level.
 const goodputSlack = 0.03
 
 // moveGain is the predicted gain of goodput for which the cap moves. Near
