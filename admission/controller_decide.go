@@ -261,8 +261,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 // when enough requests finished at this cap for their measured attainment
 // to count (it is then part of the prediction, see attainment) and their
 // share that met the targets is below P by more than chance, or when the
-// predicted time per token misses its target by a quarter and the few
-// requests that finished at the cap do not contradict it. Time per token is
+// predicted time per token misses its target by a quarter. Time per token is
 // predicted from the gaps of every running stream, which hold steady
 // physics; engine TTFT is predicted from a few dozen first tokens, which a
 // change of the cap itself disturbs (a raise admits a request while others
@@ -275,18 +274,8 @@ func (c *Controller) evidenceAtCap() bool {
 		// come from a level meeting P: 7 good of 8 is what P90 gives.
 		return attainmentUpper(m) < c.cfg.Percentile
 	}
-	if m.w >= contraMin && m.mean() >= c.cfg.Percentile-missTolerance {
-		// The few requests that finished at the cap met the targets: a
-		// predicted TPOT miss there, extrapolated from lower levels (under
-		// light load from one or two), is no evidence against them.
-		return false
-	}
 	return c.predict(c.cap).TPOT > tpotEvidence*t.TPOT.Seconds()
 }
-
-// contraMin is how many requests measured at the cap, meeting P, outweigh
-// a predicted miss of TPOT there.
-const contraMin = 3
 
 // attainmentUpper is the upper end of the Wilson score interval (one
 // standard error) of a measured attainment: the highest true attainment

@@ -137,16 +137,15 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 
 // raiseForBurst raises the cap by one for a request that would otherwise
 // be refused, under light load (lightLoad: at most half the cap running
-// on average, and demand rare), when the cap has settled and the level
-// above is predicted to
-// meet P (within missTolerance, as for lowering). A rare burst is served,
-// not refused, as long as the engine can take it.
+// on average, and demand rare), unless the level above is predicted to be
+// no operating point at all (minAttainment). Under light load a refusal
+// only turns away a request the engine alone would have served, late
+// perhaps, and a rare burst does not hold the engine above its knee.
 func (c *Controller) raiseForBurst(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime ||
-		!c.lightLoad(float64(c.cap)/2) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || !c.lightLoad(float64(c.cap)/2) {
 		return false
 	}
-	if a := c.attainment(c.targetsOf(slo.Targets{})); c.cap+1 >= len(a) || a[c.cap+1] < c.cfg.Percentile-missTolerance {
+	if a := c.attainment(c.targetsOf(slo.Targets{})); c.cap+1 >= len(a) || a[c.cap+1] < minAttainment {
 		return false
 	}
 	old := c.cap
