@@ -160,6 +160,10 @@ type Controller struct {
 	tab          table
 	holdAvg      decayed // mean slot hold, measured
 	idle         decayed // time a freed slot waits for a request under demand
+	// busy is the mean number of requests running, sampled at each
+	// Decide, and pressure the share of decisions that saw demand; they
+	// tell light load (see lightLoad).
+	busy, pressure decayed
 	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
 	dwell          perLevel
 	lastDwell      time.Time
@@ -178,6 +182,7 @@ type Controller struct {
 	// failed remembers the levels the cap was lowered from: raising back to
 	// one waits a backoff that doubles with each failure there.
 	failed     map[int]failure
+	probes     map[int]failure // probes from each level (shouldProbe)
 	shifts     int
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
@@ -202,6 +207,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		measured:    map[slo.Targets]perLevel{},
 		dwell:       perLevel{},
 		failed:      map[int]failure{},
+		probes:      map[int]failure{},
 		cap:         cfg.InitialCap,
 		reason:      "initial",
 	}
@@ -261,6 +267,7 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	}
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
 	clear(c.failed)     // what failed before may work now, and vice versa
+	clear(c.probes)
 	c.idle = decayed{}
 	clear(c.dwell)    // goodput measured in the old regime
 	clear(c.measured) // and attainment

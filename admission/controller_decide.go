@@ -167,7 +167,10 @@ const (
 //   - lower, by one (by up to half the cap when its predicted attainment
 //     is more than 0.2 below P), when the target is below the cap and the
 //     cap either misses P by more than 0.03 with evidence at the cap (see
-//     evidenceAtCap; and the engine ran above the target, and the target
+//     evidenceAtCap; and the engine ran above the target since the last
+//     decision, and the load is not light (see lightLoad: there a lower
+//     cap would only queue the rare burst past its TTFT target), and the
+//     target
 //     does not cost more than 5 % of the goodput: where it would, goodput
 //     wins, as for raises) or, with demand and 20 s held (dwellAtCap),
 //     predicts less goodput than the target by more than 10 % (moveGain);
@@ -179,7 +182,8 @@ const (
 //   - probe one above the cap when there is demand, the model rests on
 //     one level and the level above has no recent samples (the model
 //     cannot know it: from one level it extrapolates proportionally, which
-//     predicts no gain in throughput);
+//     predicts no gain in throughput), at most once per probeBackoff from
+//     a level, doubling;
 //   - otherwise hold.
 //
 // A level the cap was lowered from for missing P is barred from raises for
@@ -208,13 +212,15 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	pl := c.plan(now)
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
+	c.busy.add(now, c.cfg.Memory, float64(load.Running))
+	c.pressure.add(now, c.cfg.Memory, b2f(demand))
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
 	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
-	case pl.target < c.cap && missing && load.PeakRunning > pl.target && pl.gT >= (1-goodputOverride)*pl.gCap:
+	case pl.target < c.cap && missing && load.PeakRunning > pl.target && !c.lightLoad(float64(pl.target)) && pl.gT >= (1-goodputOverride)*pl.gCap:
 		step := 1
 		if pl.aCap < c.cfg.Percentile-bigViolation {
 			step = max(1, int(float64(c.cap)*lowerStep))
@@ -239,7 +245,9 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 			}
 		}
 		c.reason = c.raiseReason(old, pl, "")
-	case demand && pl.up >= c.cap && c.shouldProbe():
+	case demand && pl.up >= c.cap && c.shouldProbe(now):
+		f := c.probes[old]
+		c.probes[old] = failure{at: now, count: f.count + 1}
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
 	default:
@@ -251,18 +259,48 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 
 // evidenceAtCap reports whether a predicted miss at the cap may lower it:
 // when enough requests finished at this cap for their measured attainment
-// to count (it is then part of the prediction, see attainment), or when
-// the predicted time per token misses its target by a quarter. Time per token is
+// to count (it is then part of the prediction, see attainment) and their
+// share that met the targets is below P by more than chance, or when the
+// predicted time per token misses its target by a quarter and the few
+// requests that finished at the cap do not contradict it. Time per token is
 // predicted from the gaps of every running stream, which hold steady
 // physics; engine TTFT is predicted from a few dozen first tokens, which a
 // change of the cap itself disturbs (a raise admits a request while others
 // prefill), so a TTFT-only miss waits for finished requests to confirm it.
 func (c *Controller) evidenceAtCap() bool {
 	t := c.targetsOf(slo.Targets{})
-	if c.measured[t].get(c.cap).w >= measuredMin {
-		return true
+	m := c.measured[t].get(c.cap)
+	if m.w >= measuredMin {
+		// A miss only if the requests measured at the cap could not have
+		// come from a level meeting P: 7 good of 8 is what P90 gives.
+		return attainmentUpper(m) < c.cfg.Percentile
+	}
+	if m.w >= contraMin && m.mean() >= c.cfg.Percentile-missTolerance {
+		// The few requests that finished at the cap met the targets: a
+		// predicted TPOT miss there, extrapolated from lower levels (under
+		// light load from one or two), is no evidence against them.
+		return false
 	}
 	return c.predict(c.cap).TPOT > tpotEvidence*t.TPOT.Seconds()
+}
+
+// contraMin is how many requests measured at the cap, meeting P, outweigh
+// a predicted miss of TPOT there.
+const contraMin = 3
+
+// attainmentUpper is the upper end of the Wilson score interval (one
+// standard error) of a measured attainment: the highest true attainment
+// the measured share is plausibly drawn from.
+func attainmentUpper(m decayed) float64 {
+	n, p := m.w, m.mean()
+	if n <= 0 {
+		return 1
+	}
+	const z = 1.0
+	d := 1 + z*z/n
+	centre := (p + z*z/(2*n)) / d
+	half := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / d
+	return math.Min(1, centre+half)
 }
 
 // tpotEvidence is how far the predicted P-quantile of TPOT at the cap must
@@ -403,6 +441,13 @@ type failure struct {
 	count int
 }
 
+// probeBackoff is how long a level waits to be probed from again after
+// its first probe (see shouldProbe).
+const (
+	probeBackoff    = 8 * time.Minute
+	maxProbeBackoff = 32 * time.Minute
+)
+
 // failBackoff is how long a level the cap was lowered from stays barred
 // after its first failure; it doubles with each further one, up to
 // maxFailBackoff.
@@ -433,12 +478,40 @@ func (c *Controller) mayRaiseTo(now time.Time, n int) bool {
 // model rests on one level (no slope can be fitted) and the level above has
 // few recent samples, while the extrapolation forbids it. Probing it is the only
 // way to learn; the cap comes back down if the new level misses.
-func (c *Controller) shouldProbe() bool {
+//
+// A level probed from before waits probeBackoff after that probe, doubling
+// with each one up to maxProbeBackoff (cleared by a shift): when the cap is
+// back at the same level, the probe found nothing better above it, and
+// every probe costs (it admits a prefill next to the running streams).
+func (c *Controller) shouldProbe(now time.Time) bool {
 	if c.cap >= c.cfg.MaxCap || c.gap.points >= 2 {
+		return false
+	}
+	if f, ok := c.probes[c.cap]; ok && now.Sub(f.at) < min(probeBackoff<<min(f.count-1, 4), maxProbeBackoff) {
 		return false
 	}
 	gw, _ := c.gap.level(c.cap + 1)
 	return gw < 20
+}
+
+// lightLoad reports whether the engine runs at most n requests on average
+// and met demand (requests queued or refused, or the engine at the cap) in
+// at most a tenth of the last minute's decisions: the load is light, and
+// requests that come at once are a rare burst, not the on phase of a
+// recurring overload.
+func (c *Controller) lightLoad(n float64) bool {
+	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
+}
+
+// lightPressure is the largest share of decisions with demand under which
+// the load counts as light.
+const lightPressure = 0.1
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func dur(sec float64) time.Duration {

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"github.com/kneecap/kneecap/slo"
 	"time"
 )
@@ -112,6 +113,9 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
 		return Verdict{OK: true, Cap: c.cap}
 	}
+	if c.raiseForBurst(now) {
+		return Verdict{OK: true, Raised: true, Cap: c.cap}
+	}
 	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
 }
 
@@ -128,6 +132,28 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 	c.cap++
 	c.changedAt = now
 	c.reason = c.raiseReason(old, pl, " on demand")
+	return true
+}
+
+// raiseForBurst raises the cap by one for a request that would otherwise
+// be refused, under light load (lightLoad: at most half the cap running
+// on average, and demand rare), when the cap has settled and the level
+// above is predicted to
+// meet P (within missTolerance, as for lowering). A rare burst is served,
+// not refused, as long as the engine can take it.
+func (c *Controller) raiseForBurst(now time.Time) bool {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime ||
+		!c.lightLoad(float64(c.cap)/2) {
+		return false
+	}
+	if a := c.attainment(c.targetsOf(slo.Targets{})); c.cap+1 >= len(a) || a[c.cap+1] < c.cfg.Percentile-missTolerance {
+		return false
+	}
+	old := c.cap
+	c.cap++
+	c.changedAt = now
+	c.reason = fmt.Sprintf("raise %d->%d for a burst: %.1f running on average, predicted attainment at %d %.2f",
+		old, c.cap, c.busy.mean(), c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap])
 	return true
 }
 

@@ -146,8 +146,8 @@ func WriteTable(w io.Writer, s *Suite) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\ngoodput: completed requests/s that met TTFT <= %v (arrival to first output chunk, as the client felt it) and TPOT <= %v ((E2E - TTFT)/(output_tokens - 1)) at once, over a %v window (%s) after %v of warm-up, simulated time; rejected and failed requests are never good. Knee capacity (scenario 1 oracle): %.3f req/s. Caps swept: %s. Wall time %v.\n\n",
-		TTFTTarget, TPOTTarget, s.Options.Timing.Window, longerWindows(s), s.Options.Timing.Warmup, s.KneeCapacity, capsString(s.Options.Caps), s.Wall.Round(time.Second))
+	fmt.Fprintf(w, "\ngoodput: completed requests/s that met TTFT <= %v (arrival to first output chunk, as the client felt it) and TPOT <= %v ((E2E - TTFT)/(output_tokens - 1)) at once, over a %v window after %v of warm-up, simulated time; rejected and failed requests are never good. Knee capacity (scenario 1 oracle): %.3f req/s. Caps swept: %s. Wall time %v.\n\n",
+		TTFTTarget, TPOTTarget, s.Options.Timing.Window, s.Options.Timing.Warmup, s.KneeCapacity, capsString(s.Options.Caps), s.Wall.Round(time.Second))
 	for _, r := range rows {
 		for _, c := range r.Checks {
 			v := "ok  "
@@ -176,19 +176,4 @@ func capsString(caps []int) string {
 		parts[i] = fmt.Sprint(c)
 	}
 	return strings.Join(parts, ",")
-}
-
-// longerWindows names the scenarios whose window is longer than the
-// suite's.
-func longerWindows(s *Suite) string {
-	var parts []string
-	for _, sc := range s.Scenarios {
-		if t := sc.timing(s.Options.Timing); t.Window != s.Options.Timing.Window {
-			parts = append(parts, fmt.Sprintf("%v in %d", t.Window, sc.ID))
-		}
-	}
-	if len(parts) == 0 {
-		return "in every scenario"
-	}
-	return "elsewhere; " + strings.Join(parts, ", ")
 }

@@ -112,7 +112,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
 			for _, m := range s.modes() {
-				run := Run{Scenario: sc, Mode: m, Timing: sc.timing(s.Options.Timing), KneeCapacity: knee, Seed: s.Options.Seed}
+				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					t.Parallel()
 					var res RunResult

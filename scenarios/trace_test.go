@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 )
 
 // TestTrace runs one scenario in one mode and logs every change of the cap
@@ -15,7 +16,8 @@ import (
 //
 //	KNEECAP_TRACE=1 KNEECAP_TRACE_SEED=3 go test -run TestTrace -v ./scenarios/
 //
-// KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
+// KNEECAP_TRACE_WINDOW sets the measured window (default
+// DefaultTiming's). KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
 // Open-loop scenarios take their rate from KNEECAP_TRACE_KNEE (req/s,
 // default 0.55). Without KNEECAP_TRACE it skips.
 func TestTrace(t *testing.T) {
@@ -51,7 +53,11 @@ func TestTrace(t *testing.T) {
 	}
 	debugLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	defer func() { debugLog = nil }()
-	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(DefaultTiming), KneeCapacity: knee, Seed: max(seed, 1)}
+	timing := DefaultTiming
+	if w, err := time.ParseDuration(os.Getenv("KNEECAP_TRACE_WINDOW")); err == nil {
+		timing.Window = w
+	}
+	run := Run{Scenario: sc, Mode: mode, Timing: timing, KneeCapacity: knee, Seed: max(seed, 1)}
 	var res RunResult
 	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
 	if err != nil {
