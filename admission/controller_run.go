@@ -32,6 +32,10 @@ type RunnerConfig struct {
 // observes, calls Decide every Interval and applies the cap with SetLimit,
 // and answers the limiter's Gate (the deadline check) and RetryEstimator.
 // It is safe for concurrent use; one mutex serialises the controller.
+// Every stream reports every chunk (Chunk), so a stream never waits for
+// that mutex: an observation that finds it held waits in gaps, and whoever
+// takes the mutex next applies it before anything else (lock), so every
+// decision still sees every chunk observed before it.
 type Runner struct {
 	l       *Limiter
 	log     *slog.Logger
@@ -42,6 +46,7 @@ type Runner struct {
 	c                *Controller
 	peakRun, peakQue int
 	rejected         int
+	gaps             gapQueue
 }
 
 var (
@@ -83,9 +88,23 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
+// lock takes the runner's mutex and applies the chunk observations that
+// waited for it.
+func (r *Runner) lock() {
+	r.mu.Lock()
+	r.applyGapsLocked()
+}
+
+func (r *Runner) applyGapsLocked() {
+	r.gaps.drain(func(p pendingGap) {
+		r.noteLocked(p.running, 0)
+		r.c.ObserveGap(p.at, p.running, p.gap)
+	})
+}
+
 func (r *Runner) tick(now time.Time) {
 	st := r.l.State()
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	load := Load{
 		Running: st.Running, Queued: st.Queued,
@@ -123,16 +142,30 @@ func (r *Runner) noteLocked(running, queued int) {
 // FirstChunk records a stream's first output chunk: engine TTFT, with the
 // number of requests running on the engine then.
 func (r *Runner) FirstChunk(now time.Time, running int, engineTTFT time.Duration) {
-	r.mu.Lock()
+	r.lock()
 	r.noteLocked(running, 0)
 	r.c.ObserveFirst(now, running, engineTTFT)
 	r.mu.Unlock()
 }
 
 // Chunk records the gap before a later output chunk, with the number of
-// requests running then.
+// requests running then. It never waits for the runner's mutex: with
+// thousands of streams reporting, a holder that the OS deschedules would
+// otherwise queue every stream behind it, and the queue (a mutex in
+// starvation mode hands itself from waiter to waiter) outlives the
+// descheduling. An observation that finds the mutex held is queued for the
+// next holder; the retry below applies it at once if the holder has left.
 func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
-	r.mu.Lock()
+	if !r.mu.TryLock() {
+		r.gaps.add(pendingGap{at: now, running: running, gap: gap})
+		if !r.mu.TryLock() {
+			return // the holder, or the next one, applies it
+		}
+		r.applyGapsLocked()
+		r.mu.Unlock()
+		return
+	}
+	r.applyGapsLocked()
 	r.noteLocked(running, 0)
 	r.c.ObserveGap(now, running, gap)
 	r.mu.Unlock()
@@ -154,7 +187,7 @@ func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
 		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
 		Targets: rec.Targets, Good: rec.Outcome.Good(),
 	}
-	r.mu.Lock()
+	r.lock()
 	r.c.ObserveDone(now, f)
 	r.mu.Unlock()
 }
@@ -165,7 +198,7 @@ func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
@@ -188,7 +221,7 @@ func (r *Runner) RetryAfter(req Request, s State) time.Duration {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.rejected++
 	r.noteLocked(s.Running, s.Queued)
@@ -197,14 +230,14 @@ func (r *Runner) RetryAfter(req Request, s State) time.Duration {
 
 // Cap returns the current cap.
 func (r *Runner) Cap() int {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.c.Cap()
 }
 
 // Status returns the controller's state for /status.
 func (r *Runner) Status() any {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.c.Status(time.Now())
 }

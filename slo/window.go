@@ -161,11 +161,23 @@ func (w *Window) bucketLocked(now time.Time) *bucket {
 
 func seconds(d time.Duration) float64 { return max(d.Seconds(), 0) }
 
-// AddITL records one gap between successive output chunks.
+// AddITL records one gap between successive output chunks. It takes the
+// first free shard from a random one, and waits only when all are held at
+// that instant: a holder that the OS deschedules then delays no stream.
 func (w *Window) AddITL(now time.Time, gap time.Duration) {
 	e := w.epoch(now)
-	sh := &w.itl[rand.Uint32()%itlShards]
-	sh.mu.Lock()
+	start := rand.Uint32()
+	var sh *itlShard
+	for i := range uint32(itlShards) {
+		if c := &w.itl[(start+i)%itlShards]; c.mu.TryLock() {
+			sh = c
+			break
+		}
+	}
+	if sh == nil {
+		sh = &w.itl[start%itlShards]
+		sh.mu.Lock()
+	}
 	i := e % buckets
 	if sh.epochs[i] != e {
 		sh.sk[i].Clear()

@@ -60,6 +60,24 @@ func TestParseRequest(t *testing.T) {
 	if _, err := ParseRequest([]byte(`[1]`)); err != ErrNotObject {
 		t.Errorf("array body: err = %v, want ErrNotObject", err)
 	}
+	for _, bad := range []string{``, `{"model":`, `{"model":"m"}x`, `{"model":"m",}`, "\x00"} {
+		if _, err := ParseRequest([]byte(bad)); err == nil || err.Error() != "request body is not valid JSON" {
+			t.Errorf("ParseRequest(%q): err = %v, want the not-valid-JSON error", bad, err)
+		}
+	}
+}
+
+// BenchmarkParseRequest parses a typical chat request of about 1 KiB.
+func BenchmarkParseRequest(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"max_tokens":256,"messages":[{"role":"system","content":"` +
+		strings.Repeat("You are a helpful assistant. ", 12) + `"},{"role":"user","content":"` + strings.Repeat("word ", 120) + `"}]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ParseRequest(body); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func TestEnsureIncludeUsage(t *testing.T) {

@@ -27,15 +27,20 @@ func (r Request) WantsUsage() bool { return r.StreamOptions != nil && r.StreamOp
 // ErrNotObject is returned for a body that is JSON but not a JSON object.
 var ErrNotObject = errors.New("request body must be a JSON object")
 
+var errNotJSON = errors.New("request body is not valid JSON")
+
 // ParseRequest reads the fields of Request from a request body. It fails on
 // malformed JSON, on a body that is not an object, and on fields of the
 // wrong type.
 func ParseRequest(body []byte) (Request, error) {
 	var r Request
-	if !json.Valid(body) {
-		return r, errors.New("request body is not valid JSON")
-	}
+	// Unmarshal checks the whole body's syntax before it decodes anything,
+	// so a syntax error leaves r as it was, and the body is scanned once.
 	if err := json.Unmarshal(body, &r); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return Request{}, errNotJSON
+		}
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
 			if te.Field == "" {

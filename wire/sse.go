@@ -35,9 +35,10 @@ var ErrEventTooLarge = errors.New("wire: SSE event larger than 4 MiB")
 // in "\n" or "\r\n"; an event ends at a blank line. The zero value is not
 // usable; call NewEventReader.
 type EventReader struct {
-	br   *bufio.Reader
-	raw  []byte
-	data []byte
+	br      *bufio.Reader
+	raw     []byte
+	data    []byte
+	noWhole bool // tests: always take the general path
 }
 
 // readBufferSize is the reader's buffer. Events are usually well under
@@ -57,6 +58,11 @@ func NewEventReader(r io.Reader) *EventReader {
 func (r *EventReader) Next() (Event, error) {
 	r.raw = r.raw[:0]
 	r.data = r.data[:0]
+	if !r.noWhole {
+		if ev, ok, err := r.whole(); ok || err != nil {
+			return ev, err
+		}
+	}
 	hasData, hasField := false, false
 	for {
 		line, err := r.br.ReadSlice('\n')
@@ -98,6 +104,40 @@ func (r *EventReader) Next() (Event, error) {
 		hasField = true
 		r.parseLine(content, &hasData)
 	}
+}
+
+// whole returns, without copying, an event of the most common shape (one
+// "data:" line, then a blank line) that lies whole in the read buffer: its
+// slices point into the buffer, which stays untouched until the next call.
+// Any other shape or a partial event is left to Next's general path, which
+// then starts from the same bytes. When the buffer is empty, whole reads
+// first, as the general path would; a read that fails with nothing buffered
+// ends the call with its error, as it would end the general path.
+func (r *EventReader) whole() (Event, bool, error) {
+	if r.br.Buffered() == 0 {
+		if _, err := r.br.Peek(1); err != nil {
+			return Event{}, false, err
+		}
+	}
+	buf, _ := r.br.Peek(r.br.Buffered())
+	i := bytes.IndexByte(buf, '\n')
+	if i < 0 || !bytes.HasPrefix(buf, []byte("data:")) {
+		return Event{}, false, nil
+	}
+	end := i + 1
+	switch rest := buf[end:]; {
+	case len(rest) >= 1 && rest[0] == '\n':
+		end++
+	case len(rest) >= 2 && rest[0] == '\r' && rest[1] == '\n':
+		end += 2
+	default:
+		return Event{}, false, nil
+	}
+	data := trimEOL(buf[len("data:") : i+1])
+	data = bytes.TrimPrefix(data, []byte(" "))
+	ev := Event{Raw: buf[:end:end], Data: data[:len(data):len(data)]}
+	_, _ = r.br.Discard(end)
+	return ev, true, nil
 }
 
 // lineStart finds where the last line in raw begins, given that the bytes

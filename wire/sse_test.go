@@ -145,3 +145,81 @@ func FuzzEventReader(f *testing.F) {
 		}
 	})
 }
+
+// TestEventReaderWholeMatchesGeneral reads many streams through the
+// no-copy path for whole one-line events and through the general path
+// alone, with readers that split the input in different ways or fail
+// once: both give the same events and errors, in the same order.
+func TestEventReaderWholeMatchesGeneral(t *testing.T) {
+	inputs := []string{
+		"data: {\"a\":1}\n\ndata: [DONE]\n\n",
+		"data: x\r\n\r\ndata:y\n\n",
+		"data:\n\ndata: \n\n",
+		"data: a\ndata: b\n\ndata: c\n\n",
+		": ping\n\ndata: y\n\n",
+		"event: message\ndata: z\n\ndata: w\n\n",
+		"\n\ndata: q\n\n",
+		"data: q\n\n\n",
+		"data: a\n\ndata: trunc",
+		"data: a\n",
+		"data: a\n\r",
+		"data: a\r\n\n",
+		"id: 1\n\n",
+		strings.Repeat("data: "+strings.Repeat("x", 300)+"\n\n", 40),
+		"data: " + strings.Repeat("y", 5000) + "\n\ndata: z\n\n",
+		"",
+	}
+	readers := map[string]func(string) io.Reader{
+		"whole":    func(s string) io.Reader { return strings.NewReader(s) },
+		"one byte": func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) },
+		"half":     func(s string) io.Reader { return iotest.HalfReader(strings.NewReader(s)) },
+		"data+err": func(s string) io.Reader { return iotest.DataErrReader(strings.NewReader(s)) },
+		"timeout":  func(s string) io.Reader { return iotest.TimeoutReader(strings.NewReader(s)) },
+	}
+	read := func(er *EventReader) []string {
+		var out []string
+		for range 1000 {
+			ev, err := er.Next()
+			if err != nil {
+				out = append(out, "error "+err.Error())
+				if err == io.EOF {
+					return out
+				}
+				continue
+			}
+			d := "<nil>"
+			if len(ev.Data) > 0 {
+				d = string(ev.Data)
+			}
+			out = append(out, string(ev.Raw)+" | "+d)
+		}
+		return out
+	}
+	for _, in := range inputs {
+		for name, mk := range readers {
+			fast := read(NewEventReader(mk(in)))
+			er := NewEventReader(mk(in))
+			er.noWhole = true
+			general := read(er)
+			if strings.Join(fast, "\n--\n") != strings.Join(general, "\n--\n") {
+				t.Errorf("%s, %.40q:\nwhole path: %q\ngeneral:    %q", name, in, fast, general)
+			}
+		}
+	}
+}
+
+// TestEventReaderWholeIsolated: an event from the no-copy path cannot be
+// grown into the bytes of the next one.
+func TestEventReaderWholeIsolated(t *testing.T) {
+	er := NewEventReader(strings.NewReader("data: a\n\ndata: b\n\n"))
+	ev, err := er.Next()
+	if err != nil || string(ev.Raw) != "data: a\n\n" || string(ev.Data) != "a" {
+		t.Fatalf("first event %q %q %v", ev.Raw, ev.Data, err)
+	}
+	_ = append(ev.Raw, "XXXX"...)
+	_ = append(ev.Data, "YYYY"...)
+	ev, err = er.Next()
+	if err != nil || string(ev.Raw) != "data: b\n\n" || string(ev.Data) != "b" {
+		t.Fatalf("second event %q %q %v", ev.Raw, ev.Data, err)
+	}
+}

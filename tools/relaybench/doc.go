@@ -14,6 +14,9 @@
 //     server that streams fixed ~200-byte chat chunks, paced (-chunks at
 //     -interval) or back to back, so that the relays dominate the cost;
 //   - revproxy: a plain httputil.ReverseProxy (roles.go);
+//   - rawproxy and rawedge, on request (-targets): the floor of a Go relay
+//     (rawproxy.go), net/http's server in front of a hand-written engine
+//     client; rawedge reads each arrival with one read(2), as nginx does;
 //   - nginx: from Debian's packages, with a generated configuration
 //     (nginx.go: proxy_buffering off, HTTP/1.1 keep-alive to the engine);
 //   - kneecap: the `kneecap serve` binary given by -kneecap.

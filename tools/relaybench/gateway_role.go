@@ -60,6 +60,7 @@ func runGateway(stdout io.Writer) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace) // execution traces of a stalled round
 	go http.Serve(pln, mux)
 	fmt.Fprintf(stdout, "admin %s\n", pln.Addr())
 	fmt.Fprintf(stdout, "listening %s\n", traffic.Addr())

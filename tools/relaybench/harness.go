@@ -11,12 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // Target names, in the order the report lists them.
-var allTargets = []string{"direct", "revproxy", "nginx", "kneecap", "kneecap-alt"}
+var allTargets = []string{"direct", "revproxy", "rawproxy", "rawedge", "rawconn", "nginx", "kneecap", "kneecap-alt"}
 
 func knownTarget(t string) bool { return slices.Contains(allTargets, t) }
 
@@ -103,6 +104,23 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 			t.base, t.proc = "http://"+engineAddr, engine
 		case "revproxy":
 			ch, addr, admin, err := startSelf(ctx, self, "revproxy", nil, "-role", "revproxy", "-upstream", "http://"+engineAddr)
+			if err != nil {
+				return err
+			}
+			children = append(children, ch)
+			t.base, t.proc, t.adminURL = "http://"+addr, ch, "http://"+admin
+		case "rawproxy", "rawedge", "rawconn":
+			args := []string{"-role", "rawproxy", "-upstream", "http://" + engineAddr}
+			if name != "rawproxy" {
+				args = append(args, "-edge")
+			}
+			if name == "rawconn" {
+				args = append(args, "-raw-server")
+			}
+			if c.rawProcs > 0 {
+				args = append(args, "-procs", strconv.Itoa(c.rawProcs))
+			}
+			ch, addr, admin, err := startSelf(ctx, self, name, nil, args...)
 			if err != nil {
 				return err
 			}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -48,6 +49,7 @@ type config struct {
 	kneecap      string
 	kneecapAlt   string
 	kneecapEnv   []string
+	rawProcs     int
 	timeout      time.Duration
 	settle       time.Duration
 	profileDir   string
@@ -58,12 +60,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	var c config
 	var streams, modes, targets, kenv, intervals string
-	fs.StringVar(&c.role, "role", "harness", "harness | engine | revproxy | gateway (the last three are started by the harness)")
+	var edge, rawServer bool
+	var procs int
+	fs.StringVar(&c.role, "role", "harness", "harness | engine | revproxy | rawproxy | gateway (all but harness are started by the harness)")
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:0", "listen address of a child role")
-	fs.StringVar(&c.upstream, "upstream", "", "engine base URL of the revproxy role")
+	fs.StringVar(&c.upstream, "upstream", "", "engine base URL of the revproxy and rawproxy roles")
+	fs.BoolVar(&edge, "edge", false, "rawproxy role: one read(2) per arrival, as nginx reads (targets rawedge, rawconn)")
+	fs.IntVar(&procs, "procs", 0, "rawproxy role: GOMAXPROCS (0: the default)")
+	fs.IntVar(&c.rawProcs, "raw-procs", 0, "GOMAXPROCS of the rawproxy, rawedge and rawconn targets (0: the default)")
+	fs.BoolVar(&rawServer, "raw-server", false, "rawproxy role: a hand-written HTTP/1.1 server instead of net/http's (target rawconn)")
 	fs.StringVar(&streams, "streams", "100,1000", "concurrent streams, comma-separated")
 	fs.StringVar(&modes, "modes", "paced,unpaced", "chunk pacing: paced (-chunks at -interval) and/or unpaced (back to back)")
-	fs.StringVar(&targets, "targets", "direct,revproxy,nginx,kneecap", "what to measure; nginx and kneecap are skipped when their binary is missing")
+	fs.StringVar(&targets, "targets", "direct,revproxy,nginx,kneecap", "what to measure: direct, revproxy, rawproxy, rawedge (the floor of a Go relay, rawproxy.go), nginx, kneecap; nginx and kneecap are skipped when their binary is missing")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per target and setting, interleaved across targets")
 	fs.IntVar(&c.chunks, "chunks", 100, "output chunks per paced stream")
 	fs.StringVar(&intervals, "interval", "", "gap between paced chunks, one per -streams entry or one for all (default 20ms up to 100 streams, 50ms above: about 5000 and 20000 chunks/s, below what 2 cores can relay)")
@@ -83,11 +91,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runEngine(c.listen, stdout)
 	case "revproxy":
 		return runReverseProxy(c.listen, c.upstream, stdout)
+	case "rawproxy":
+		if procs > 0 {
+			runtime.GOMAXPROCS(procs)
+		}
+		return runRawProxy(c.listen, c.upstream, edge, rawServer, stdout)
 	case "gateway":
 		return runGateway(stdout)
 	case "harness":
 	default:
-		return usageError{fmt.Errorf("-role %q: want harness, engine, revproxy or gateway", c.role)}
+		return usageError{fmt.Errorf("-role %q: want harness, engine, revproxy, rawproxy or gateway", c.role)}
 	}
 	for _, s := range splitList(streams) {
 		n, err := strconv.Atoi(s)

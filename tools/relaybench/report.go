@@ -162,7 +162,7 @@ func (r *results) write(w io.Writer) {
 				us(m.cpuPerChunk), m.sysR, m.sysW, us(m.engPerChunk), m.rate, fmtMs(m.e2e50), fmtMs(m.e2e99), fmtBytes(float64(m.peakRSS)), heap, alloc, m.broken, m.streams)
 		}
 		fmt.Fprintln(w)
-		for _, kn := range []string{"kneecap", "kneecap-alt"} {
+		for _, kn := range []string{"kneecap", "kneecap-alt", "rawproxy", "rawedge", "rawconn"} {
 			k, ok := sums[kn]
 			if !ok {
 				continue

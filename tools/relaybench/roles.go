@@ -48,6 +48,22 @@ func runReverseProxy(listen, upstream string, stdout io.Writer) error {
 		Rewrite:   func(r *httputil.ProxyRequest) { r.SetURL(u) },
 		Transport: tr,
 	}
+	return serveWithPprof(listen, rp, stdout)
+}
+
+// runRawProxy serves rawProxy (rawproxy.go), the floor of a Go relay, to
+// upstream, with pprof as runReverseProxy has it.
+// With rawServer it serves clients with rawProxy's own HTTP/1.1 server
+// instead of net/http's (target rawconn).
+func runRawProxy(listen, upstream string, edge, rawServer bool, stdout io.Writer) error {
+	u, err := url.Parse(upstream)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("-upstream: want http://HOST:PORT, got %q", upstream)
+	}
+	p := &rawProxy{addr: u.Host, edge: edge}
+	if !rawServer {
+		return serveWithPprof(listen, p, stdout)
+	}
 	aln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -58,7 +74,41 @@ func runReverseProxy(listen, upstream string, stdout io.Writer) error {
 	amux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	go http.Serve(aln, amux)
 	fmt.Fprintf(stdout, "admin %s\n", aln.Addr())
-	return serveUntilSignal(listen, rp, stdout)
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
+	if f, ok := stdout.(*os.File); ok {
+		f.Sync()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		ln.Close()
+	}()
+	err = p.serveConns(ln)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// serveWithPprof serves h on listen and net/http/pprof on an admin listener
+// of its own, whose address it prints first ("admin ADDR").
+func serveWithPprof(listen string, h http.Handler, stdout io.Writer) error {
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer aln.Close()
+	amux := http.NewServeMux()
+	amux.HandleFunc("/debug/pprof/", pprof.Index)
+	amux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	go http.Serve(aln, amux)
+	fmt.Fprintf(stdout, "admin %s\n", aln.Addr())
+	return serveUntilSignal(listen, h, stdout)
 }
 
 func serveUntilSignal(listen string, h http.Handler, stdout io.Writer) error {

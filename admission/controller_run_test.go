@@ -1,0 +1,103 @@
+package admission
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+func newTestRunner(t *testing.T) *Runner {
+	t.Helper()
+	r, err := NewRunner(RunnerConfig{
+		Controller: ControllerConfig{MaxCap: 64, InitialCap: 8},
+		Limiter:    NewLimiter(Config{Limit: 8}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// gapWeight is the controller's total gap weight over all levels: with
+// every observation at the same instant nothing decays, so it counts them.
+func gapWeight(r *Runner) float64 {
+	var w float64
+	for _, l := range r.c.gap.levels {
+		w += l.w
+	}
+	return w
+}
+
+// TestRunnerChunkDoesNotWait: a chunk observation made while the runner's
+// mutex is held returns at once, and the next holder applies it before
+// anything else.
+func TestRunnerChunkDoesNotWait(t *testing.T) {
+	r := newTestRunner(t)
+	now := time.Now()
+	r.mu.Lock()
+	done := make(chan struct{})
+	go func() {
+		r.Chunk(now, 5, 20*time.Millisecond)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		r.mu.Unlock()
+		t.Fatal("Chunk waited for the runner's mutex")
+	}
+	if w := gapWeight(r); w != 0 {
+		t.Errorf("gap weight %v while the mutex was held, want 0 (applied by the next holder)", w)
+	}
+	r.mu.Unlock()
+	r.lock()
+	w, peak := gapWeight(r), r.peakRun
+	r.mu.Unlock()
+	if w != 1 || peak != 5 {
+		t.Errorf("after the next holder: gap weight %v, peak running %d; want 1 and 5", w, peak)
+	}
+}
+
+// TestRunnerChunkConcurrent: many streams reporting chunks at once while
+// other callers take the runner's mutex (and drain the queue): every
+// observation is applied exactly once. (Decide and Status age the levels
+// to the present, so they would blur the count.)
+func TestRunnerChunkConcurrent(t *testing.T) {
+	r := newTestRunner(t)
+	now := time.Now()
+	const streams, chunks = 16, 2000
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var bg sync.WaitGroup
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				r.FirstChunk(now, 3, time.Millisecond)
+				r.Cap()
+			}
+		}
+	}()
+	for s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range chunks {
+				r.Chunk(now, 1+s%8, 20*time.Millisecond)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	bg.Wait()
+	r.lock()
+	w, n := gapWeight(r), r.gaps.n.Load()
+	r.mu.Unlock()
+	if w != streams*chunks || n != 0 {
+		t.Errorf("gap weight %v with %d still queued, want %d and 0", w, n, streams*chunks)
+	}
+}
