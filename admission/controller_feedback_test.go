@@ -53,13 +53,7 @@ func TestTTFTOnlyMissWaitsForEvidence(t *testing.T) {
 	load := Load{Running: capBefore, Queued: 10, PeakRunning: capBefore, PeakQueued: 10}
 	// Slow first tokens at the cap, steady chunk gaps, nothing finishes.
 	for range 10 {
-		for k := 0; k < 20; k++ {
-			now = now.Add(50 * time.Millisecond)
-			c.ObserveGap(now, capBefore, e.gap(capBefore))
-			if k%5 == 0 {
-				c.ObserveFirst(now, capBefore, 3*time.Second)
-			}
-		}
+		now = slowFirstTokens(c, e, now, time.Second)
 		if d := c.Decide(now, load); d.Cap < capBefore {
 			t.Fatalf("cap lowered %d->%d on predicted TTFT alone: %s", capBefore, d.Cap, d.Reason)
 		}

@@ -64,16 +64,11 @@ func runRawProxy(listen, upstream string, edge, rawServer bool, stdout io.Writer
 	if !rawServer {
 		return serveWithPprof(listen, p, stdout)
 	}
-	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	aln, err := servePprof(stdout)
 	if err != nil {
 		return err
 	}
 	defer aln.Close()
-	amux := http.NewServeMux()
-	amux.HandleFunc("/debug/pprof/", pprof.Index)
-	amux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	go http.Serve(aln, amux)
-	fmt.Fprintf(stdout, "admin %s\n", aln.Addr())
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
@@ -98,17 +93,28 @@ func runRawProxy(listen, upstream string, edge, rawServer bool, stdout io.Writer
 // serveWithPprof serves h on listen and net/http/pprof on an admin listener
 // of its own, whose address it prints first ("admin ADDR").
 func serveWithPprof(listen string, h http.Handler, stdout io.Writer) error {
-	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	aln, err := servePprof(stdout)
 	if err != nil {
 		return err
 	}
 	defer aln.Close()
+	return serveUntilSignal(listen, h, stdout)
+}
+
+// servePprof serves net/http/pprof on an admin listener of its own on
+// 127.0.0.1 and prints its address ("admin ADDR"); closing the listener
+// stops it.
+func servePprof(stdout io.Writer) (net.Listener, error) {
+	aln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
 	amux := http.NewServeMux()
 	amux.HandleFunc("/debug/pprof/", pprof.Index)
 	amux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	go http.Serve(aln, amux)
 	fmt.Fprintf(stdout, "admin %s\n", aln.Addr())
-	return serveUntilSignal(listen, h, stdout)
+	return aln, nil
 }
 
 func serveUntilSignal(listen string, h http.Handler, stdout io.Writer) error {
