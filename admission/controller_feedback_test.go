@@ -14,6 +14,19 @@ func finishBad(c *Controller, now time.Time, k int) {
 	}
 }
 
+// atKneeUnderDemand runs an adaptive controller on bf16-like physics for
+// three minutes with demand far above the knee, and returns the engine, the
+// controller, the time reached, the cap it holds and a load of requests
+// queued at that cap.
+func atKneeUnderDemand(t *testing.T) (*engine, *Controller, time.Time, int, Load) {
+	t.Helper()
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, caps := e.run(t, c, t0, 3*time.Minute)
+	n := caps[len(caps)-1]
+	return e, c, now, n, Load{Running: n, Queued: 10, PeakRunning: n, PeakQueued: 10}
+}
+
 // Where requests finished under the cap, their measured attainment takes
 // over from the prediction; and attainment falls with n outward from the
 // cap, so levels above it promise no more than it measured.
@@ -46,11 +59,7 @@ func TestMeasuredAttainmentTakesOverAndFallsFromTheCap(t *testing.T) {
 // A predicted miss of engine TTFT alone does not lower the cap until
 // requests finished under it confirm it.
 func TestTTFTOnlyMissWaitsForEvidence(t *testing.T) {
-	e := bf16Like()
-	c := NewController(ControllerConfig{})
-	now, caps := e.run(t, c, t0, 3*time.Minute)
-	capBefore := caps[len(caps)-1]
-	load := Load{Running: capBefore, Queued: 10, PeakRunning: capBefore, PeakQueued: 10}
+	e, c, now, capBefore, load := atKneeUnderDemand(t)
 	// Slow first tokens at the cap, steady chunk gaps, nothing finishes.
 	for range 10 {
 		now = slowFirstTokens(c, e, now, time.Second)

@@ -35,11 +35,7 @@ func slowFirstTokens(c *Controller, e *engine, now time.Time, d time.Duration) t
 // met the targets could not plausibly come from a level meeting P: 10 good
 // of 12 may come from P90 (one standard error), 14 of 24 may not.
 func TestMeasuredMissNeedsMoreThanChance(t *testing.T) {
-	e := bf16Like()
-	c := NewController(ControllerConfig{})
-	now, caps := e.run(t, c, t0, 3*time.Minute)
-	capBefore := caps[len(caps)-1]
-	load := Load{Running: capBefore, Queued: 10, PeakRunning: capBefore, PeakQueued: 10}
+	e, c, now, capBefore, load := atKneeUnderDemand(t)
 	// The slow first tokens are a shift: what was measured before is
 	// forgotten, and the model predicts a miss at the cap.
 	now = slowFirstTokens(c, e, now, 10*time.Second)

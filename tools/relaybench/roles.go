@@ -69,13 +69,9 @@ func runRawProxy(listen, upstream string, edge, rawServer bool, stdout io.Writer
 		return err
 	}
 	defer aln.Close()
-	ln, err := net.Listen("tcp", listen)
+	ln, err := listenAnnounced(listen, stdout)
 	if err != nil {
 		return err
-	}
-	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
-	if f, ok := stdout.(*os.File); ok {
-		f.Sync()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -117,14 +113,24 @@ func servePprof(stdout io.Writer) (net.Listener, error) {
 	return aln, nil
 }
 
-func serveUntilSignal(listen string, h http.Handler, stdout io.Writer) error {
+// listenAnnounced listens on listen and prints its address ("listening
+// ADDR") at once, for the harness that waits for that line.
+func listenAnnounced(listen string, stdout io.Writer) (net.Listener, error) {
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Fprintf(stdout, "listening %s\n", ln.Addr())
 	if f, ok := stdout.(*os.File); ok {
 		f.Sync()
+	}
+	return ln, nil
+}
+
+func serveUntilSignal(listen string, h http.Handler, stdout io.Writer) error {
+	ln, err := listenAnnounced(listen, stdout)
+	if err != nil {
+		return err
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
