@@ -145,14 +145,15 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || !c.lightLoad(float64(c.cap)/2) {
 		return false
 	}
-	if a := c.attainment(c.targetsOf(slo.Targets{})); c.cap+1 >= len(a) || a[c.cap+1] < minAttainment {
+	a := c.attainment(c.targetsOf(slo.Targets{}))
+	if c.cap+1 >= len(a) || a[c.cap+1] < minAttainment {
 		return false
 	}
 	old := c.cap
 	c.cap++
 	c.changedAt = now
 	c.reason = fmt.Sprintf("raise %d->%d for a burst: %.1f running on average, predicted attainment at %d %.2f",
-		old, c.cap, c.busy.mean(), c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap])
+		old, c.cap, c.busy.mean(), c.cap, a[c.cap])
 	return true
 }
 
