@@ -7,6 +7,11 @@ import (
 	"time"
 )
 
+// DefaultMaxCap is the highest cap the controller sets when MaxCap is unset
+// (KNEECAP_MAX_CAP): far above any engine's knee, so that it bounds only a
+// runaway.
+const DefaultMaxCap = 512
+
 // ControllerConfig sets the adaptive controller. The zero value of every
 // field means its default.
 type ControllerConfig struct {
@@ -17,7 +22,7 @@ type ControllerConfig struct {
 	// Percentile is the share of requests whose latencies must meet the
 	// targets at the chosen cap (0.9: P90 within targets).
 	Percentile float64
-	// MinCap (default 1) and MaxCap (default 512) bound the cap.
+	// MinCap (default 1) and MaxCap (default DefaultMaxCap) bound the cap.
 	MinCap, MaxCap int
 	// InitialCap is the cap before anything was measured (default MinCap).
 	// The cap grows from there with demand, one request at a time, as the
@@ -49,7 +54,7 @@ func (c ControllerConfig) withDefaults() ControllerConfig {
 		c.MinCap = 1
 	}
 	if c.MaxCap <= 0 {
-		c.MaxCap = 512
+		c.MaxCap = DefaultMaxCap
 	}
 	c.MaxCap = max(c.MaxCap, c.MinCap)
 	if c.InitialCap <= 0 {

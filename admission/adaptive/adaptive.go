@@ -12,7 +12,7 @@
 // controller's, and is the gateway's Controller, Observer, Gate,
 // RetryEstimator and StatusReporter at once. [ConfigFromEnv] reads the
 // knobs KNEECAP_SLO_PERCENTILE (0.9), KNEECAP_MIN_CAP (1) and
-// KNEECAP_MAX_CAP (512).
+// KNEECAP_MAX_CAP (unset: admission.DefaultMaxCap, 512).
 //
 // # Concurrency model
 //
@@ -46,9 +46,10 @@ type Config struct {
 	// Percentile is the share of requests that must meet every target at
 	// the chosen cap.
 	Percentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
-	// MinCap and MaxCap bound the cap.
+	// MinCap and MaxCap bound the cap; MaxCap 0 means
+	// admission.DefaultMaxCap.
 	MinCap int `env:"MIN_CAP" envDefault:"1"`
-	MaxCap int `env:"MAX_CAP" envDefault:"512"`
+	MaxCap int `env:"MAX_CAP"`
 	// OnChange, when set, is told about every change of the cap (for a
 	// harness recording the trajectory); not from the environment.
 	OnChange func(now time.Time, d admission.Decision) `env:"-"`
@@ -81,8 +82,8 @@ func ConfigFromEnv(environ []string) (Config, error) {
 		return c, fmt.Errorf("%sSLO_PERCENTILE: %v must be between 0 and 1 (exclusive)", gateway.EnvPrefix, c.Percentile)
 	case c.MinCap < 1:
 		return c, fmt.Errorf("%sMIN_CAP: %d must be at least 1", gateway.EnvPrefix, c.MinCap)
-	case c.MaxCap < c.MinCap:
-		return c, fmt.Errorf("%sMAX_CAP: %d must be at least KNEECAP_MIN_CAP (%d)", gateway.EnvPrefix, c.MaxCap, c.MinCap)
+	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
+		return c, fmt.Errorf("%sMAX_CAP: %d must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", gateway.EnvPrefix, c.MaxCap, c.MinCap)
 	}
 	return c, nil
 }

@@ -4,19 +4,25 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/gateway"
 )
 
 func TestConfigFromEnv(t *testing.T) {
 	c, err := ConfigFromEnv(nil)
-	if err != nil || c.Percentile != 0.9 || c.MinCap != 1 || c.MaxCap != 512 {
+	if err != nil || c.Percentile != 0.9 || c.MinCap != 1 || c.MaxCap != 0 {
 		t.Fatalf("defaults: %+v %v", c, err)
+	}
+	// MaxCap 0 is unset: the controller's own bound.
+	if got := admission.NewController(admission.ControllerConfig{MinCap: c.MinCap, MaxCap: c.MaxCap}).Config().MaxCap; got != admission.DefaultMaxCap {
+		t.Errorf("unset MaxCap became %d, want %d", got, admission.DefaultMaxCap)
 	}
 	for _, tc := range []struct{ env, want string }{
 		{"KNEECAP_SLO_PERCENTILE=1.5", "KNEECAP_SLO_PERCENTILE"},
 		{"KNEECAP_SLO_PERCENTILE=x", "KNEECAP_SLO_PERCENTILE"},
 		{"KNEECAP_MIN_CAP=0", "KNEECAP_MIN_CAP"},
-		{"KNEECAP_MAX_CAP=0", "KNEECAP_MAX_CAP"},
+		{"KNEECAP_MAX_CAP=-1", "KNEECAP_MAX_CAP"},
+		{"KNEECAP_MAX_CAP=x", "KNEECAP_MAX_CAP"},
 	} {
 		if _, err := ConfigFromEnv([]string{tc.env}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one naming %s", tc.env, err, tc.want)
