@@ -10,6 +10,10 @@
 //     a [Ticket] that is released exactly once when the stream ends.
 //     [Limiter.SetLimit] changes the cap at run time; [Limiter.Drain]
 //     rejects the queue and every later request during shutdown.
+//     [Limiter.SetPacing] paces prefills: a slot is granted only while
+//     fewer than k granted requests wait for their first token
+//     ([Ticket.FirstToken], which the proxy calls), each for at most a
+//     bound.
 //   - limiter_hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time and latency targets), [State], and the optional hooks
 //     [Gate] (refuse a request at once instead of queueing it to fail,
@@ -26,19 +30,24 @@
 // # Concurrency model
 //
 // A Limiter is safe for concurrent use. One mutex guards the cap, the count
-// of held slots, the queue and the hold-time mean; Running is also mirrored
+// of held slots, the queue, the hold-time mean and the tickets still
+// prefilling (with the pace timer); Running is also mirrored
 // in an atomic so the proxy can read it per chunk without the lock. Each
 // queued request blocks its own goroutine on a channel that the limiter
 // closes, under the lock, when it grants a slot or drains the queue; a
 // waiter whose context ends or whose bound expires takes the lock, and if
 // its grant raced in it hands the slot on (cancel) or keeps it (timeout).
 // Hooks are called without the lock held and may read the limiter. The
-// limiter starts no goroutines and uses timers only while a request waits.
+// limiter starts no goroutines and uses timers only while a request waits
+// (its queue-wait bound, and the pace timer that grants it when the oldest
+// prefill's bound ends: a time.AfterFunc, which runs on its own goroutine
+// when it fires).
 //
 // # Ownership
 //
 // The limiter owns all admission state. A Ticket belongs to the request
 // that acquired it; the proxy releases it from a defer so that a panic
-// cannot leak a slot. The controller owns the decision of the cap and
-// changes it only through SetLimit.
+// cannot leak a slot, and tells it of the first token. The controller owns
+// the decision of the cap and of the prefill limit and changes them only
+// through SetLimit and SetPacing (the Runner applies them).
 package admission

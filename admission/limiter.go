@@ -44,6 +44,15 @@ type Limiter struct {
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
 	grantSum time.Duration // sum over held slots of (grant time - origin)
+
+	// Prefill pacing (see SetPacing): at most maxPrefill granted tickets
+	// may wait for their first token at once, each for at most
+	// prefillBound; prefilling holds them oldest first. paceTimer wakes
+	// the queue when the oldest one's bound ends while requests wait.
+	maxPrefill   int
+	prefillBound time.Duration
+	prefilling   []*Ticket
+	paceTimer    *time.Timer
 }
 
 // waiter is one queued request. ready is closed when it was granted a slot
@@ -127,6 +136,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return t, nil
 	}
 	elem := l.queue.PushBack(w)
+	l.armPaceLocked(time.Now())
 	l.mu.Unlock()
 
 	var timeout <-chan time.Time
@@ -158,6 +168,13 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	case <-timeout:
 		l.mu.Lock()
 		pos := l.positionLocked(elem)
+		if pos == 1 && l.nRunning < l.limit && !l.draining && l.leaveLocked(w, elem) {
+			// Held only by pacing, with a slot free: pacing defers a
+			// prefill to spare the one running, it does not refuse.
+			w.ticket = l.grantLocked(time.Now(), w.enqueued)
+			l.mu.Unlock()
+			return w.ticket, nil
+		}
 		if l.leaveLocked(w, elem) {
 			st := l.stateLocked(time.Now(), pos)
 			hooks := l.hooks
@@ -189,7 +206,7 @@ func (l *Limiter) tryLocked(now, start time.Time) (t *Ticket, cause error, st St
 	switch {
 	case l.draining:
 		return nil, ErrDraining, l.stateLocked(now, l.queue.Len()+1), false
-	case l.nRunning < l.limit && l.queue.Len() == 0:
+	case l.queue.Len() == 0 && l.mayGrantLocked(now):
 		return l.grantLocked(now, start), nil, State{}, false
 	case l.queue.Len() >= l.maxQueue:
 		return nil, ErrQueueFull, l.stateLocked(now, l.queue.Len()+1), false
@@ -244,16 +261,105 @@ func (l *Limiter) grantLocked(now, enqueued time.Time) *Ticket {
 	l.nRunning++
 	l.running.Store(int64(l.nRunning))
 	l.grantSum += now.Sub(l.origin)
-	return &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued)}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued)}
+	if l.maxPrefill > 0 {
+		t.prefilling = true
+		l.prefilling = append(l.prefilling, t)
+	}
+	return t
 }
 
-// wakeLocked grants slots to waiters, oldest first, while any are free.
+// mayGrantLocked reports whether a slot is free and pacing lets one more
+// request start its prefill.
+func (l *Limiter) mayGrantLocked(now time.Time) bool {
+	return l.nRunning < l.limit && (l.maxPrefill == 0 || l.livePrefillsLocked(now) < l.maxPrefill)
+}
+
+// livePrefillsLocked drops the tickets whose prefill bound has passed and
+// returns how many still wait for their first token.
+func (l *Limiter) livePrefillsLocked(now time.Time) int {
+	i := 0
+	for i < len(l.prefilling) && now.Sub(l.prefilling[i].granted) >= l.prefillBound {
+		l.prefilling[i].prefilling = false
+		i++
+	}
+	if i > 0 {
+		l.prefilling = append(l.prefilling[:0], l.prefilling[i:]...)
+	}
+	return len(l.prefilling)
+}
+
+// endPrefillLocked takes t out of the tickets waiting for a first token.
+func (l *Limiter) endPrefillLocked(t *Ticket) bool {
+	if !t.prefilling {
+		return false
+	}
+	t.prefilling = false
+	for i, p := range l.prefilling {
+		if p == t {
+			l.prefilling = append(l.prefilling[:i], l.prefilling[i+1:]...)
+			break
+		}
+	}
+	return true
+}
+
+// wakeLocked grants slots to waiters, oldest first, while any are free
+// and pacing allows. When waiters are held only by pacing, it arms the
+// pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
-	for l.nRunning < l.limit && l.queue.Len() > 0 {
+	for l.queue.Len() > 0 && l.mayGrantLocked(now) {
 		w := l.queue.Remove(l.queue.Front()).(*waiter)
 		w.ticket = l.grantLocked(now, w.enqueued)
 		close(w.ready)
 	}
+	l.armPaceLocked(now)
+}
+
+// armPaceLocked arms the pace timer when requests wait only because of
+// pacing, for the end of the oldest prefill's bound.
+func (l *Limiter) armPaceLocked(now time.Time) {
+	if l.queue.Len() > 0 && l.nRunning < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
+		d := l.prefilling[0].granted.Add(l.prefillBound).Sub(now)
+		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
+	}
+}
+
+// paceExpired wakes the queue when the oldest prefill's bound has passed.
+func (l *Limiter) paceExpired() {
+	l.mu.Lock()
+	l.paceTimer = nil
+	l.wakeLocked(time.Now())
+	l.mu.Unlock()
+}
+
+// SetPacing makes the limiter pace prefills: a request is granted a slot
+// only while fewer than maxPrefill granted requests wait for their first
+// token (Ticket.FirstToken), so that prompts the engine would prefill in
+// one step, each stalling the other, start one after another instead. A
+// request counts as prefilling for at most bound after its grant, so an
+// engine that never answers cannot hold the queue. maxPrefill 0 turns
+// pacing off.
+func (l *Limiter) SetPacing(maxPrefill int, bound time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.maxPrefill, l.prefillBound = max(maxPrefill, 0), bound
+	if l.maxPrefill == 0 {
+		for _, t := range l.prefilling {
+			t.prefilling = false
+		}
+		l.prefilling = l.prefilling[:0]
+	}
+	l.wakeLocked(time.Now())
+}
+
+// firstToken ends t's prefill and grants a slot it held back.
+func (l *Limiter) firstToken(t *Ticket) {
+	l.mu.Lock()
+	if l.endPrefillLocked(t) {
+		l.wakeLocked(time.Now())
+	}
+	l.mu.Unlock()
 }
 
 // release returns a slot; measured says whether its hold time counts
@@ -264,6 +370,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.nRunning--
 	l.running.Store(int64(l.nRunning))
 	l.grantSum -= t.granted.Sub(l.origin)
+	l.endPrefillLocked(t)
 	if measured {
 		hold := now.Sub(t.granted)
 		if l.meanHold == 0 {
@@ -305,6 +412,10 @@ func (l *Limiter) Drain() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.draining = true
+	if l.paceTimer != nil {
+		l.paceTimer.Stop()
+		l.paceTimer = nil
+	}
 	pos := 0
 	for l.queue.Len() > 0 {
 		pos++
@@ -329,20 +440,36 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 		// measured lower bound of the hold time.
 		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.nRunning)
 	}
-	return State{
+	st := State{
 		Now: now, Limit: l.limit, Running: l.nRunning, Queued: l.queue.Len(),
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
+	if l.maxPrefill > 0 && l.livePrefillsLocked(now) > 0 {
+		st.Prefilling, st.PrefillAge = len(l.prefilling), now.Sub(l.prefilling[0].granted)
+	}
+	return st
 }
 
 // Ticket is a granted slot. Release it exactly once, when the work it
 // admitted has ended (for a stream: when the stream ends, not when headers
 // arrive); further calls do nothing.
 type Ticket struct {
-	l         *Limiter
-	granted   time.Time
-	queueWait time.Duration
-	released  atomic.Bool
+	l          *Limiter
+	granted    time.Time
+	queueWait  time.Duration
+	released   atomic.Bool
+	first      atomic.Bool
+	prefilling bool // guarded by l.mu: counted in l.prefilling
+}
+
+// FirstToken tells the limiter that the request's first output arrived:
+// its prefill is over, and under pacing (SetPacing) the next request may
+// start. Only the first call counts; a request that cannot be observed
+// (not streamed) should call it when it is granted.
+func (t *Ticket) FirstToken() {
+	if t != nil && t.first.CompareAndSwap(false, true) {
+		t.l.firstToken(t)
+	}
 }
 
 // Release returns the slot. It is safe to call more than once and from a

@@ -34,6 +34,12 @@ type State struct {
 	MeanHold time.Duration
 	// Draining is true once Drain was called.
 	Draining bool
+	// Prefilling is the number of granted requests still waiting for
+	// their first token under pacing (see Limiter.SetPacing), and
+	// PrefillAge the time since the oldest of them was granted; both 0
+	// without pacing.
+	Prefilling int
+	PrefillAge time.Duration
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:
