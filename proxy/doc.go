@@ -49,7 +49,9 @@
 //
 // The proxy owns nothing long-lived but its configuration. Per request it
 // owns the admission ticket, released from a defer exactly once when the
-// response has ended (also on panic), and the record, handed to the
+// response has ended (also on panic) and told of the first output chunk
+// (at once for a request that is not streamed) so that the limiter's
+// prefill pacing can admit the next request, and the record, handed to the
 // observers by value when the request ends. The transport belongs to
 // whoever passed it in Config.
 package proxy

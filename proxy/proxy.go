@@ -169,7 +169,8 @@ type exchange struct {
 	failure    slo.Outcome // non-zero once the request failed
 	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
 	forwarded  time.Time
-	err        error // the underlying cause of an engine failure, for the log
+	err        error             // the underlying cause of an engine failure, for the log
+	ticket     *admission.Ticket // nil without a limiter
 }
 
 func (x *exchange) fail(o slo.Outcome, reason string, status int) {
@@ -228,6 +229,12 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route st
 		}
 		defer ticket.Release() // also on panic: the slot never leaks
 		x.rec.QueueWait = ticket.QueueWait()
+		if !req.Stream {
+			// Its first token cannot be seen: it must not hold back the
+			// next request's prefill (see admission.Limiter.SetPacing).
+			ticket.FirstToken()
+		}
+		x.ticket = ticket
 	}
 	p.forward(x, body)
 }

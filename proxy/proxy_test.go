@@ -502,3 +502,64 @@ func TestQueueThroughProxy(t *testing.T) {
 		t.Fatalf("outcomes %v", outcomes)
 	}
 }
+
+// Under pacing (admission.Limiter.SetPacing) the proxy tells the limiter
+// when a stream's first output chunk arrives: the next request waits in
+// the queue until then, though a slot is free. A request that is not
+// streamed holds nobody back (its first token cannot be seen).
+func TestPacingEndsAtTheFirstChunk(t *testing.T) {
+	const first, gap = 300 * time.Millisecond, 3 * time.Second
+	eng := &proxytest.Engine{Chunks: 2, FirstDelay: first, Gap: gap}
+	lim := admission.NewLimiter(admission.Config{Limit: 4, MaxQueue: 10})
+	lim.SetPacing(1, time.Hour)
+	s := newSetup(t, eng, Config{Limiter: lim})
+
+	// Non-streamed: the next stream is not held back by it.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if st := lim.State(); st.Prefilling != 0 {
+		t.Fatalf("a non-streamed request counts as prefilling: %+v", st)
+	}
+
+	go func() {
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.State().Prefilling == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	second := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+	readAll(t, second)
+	<-done
+	var queued []time.Duration
+	for range 3 {
+		s.rec.last(t)
+	}
+	s.rec.mu.Lock()
+	for _, r := range s.rec.records {
+		if r.Streamed && r.QueueWait > 0 {
+			queued = append(queued, r.QueueWait)
+		}
+		// The running count its chunks were made at: itself and the
+		// other stream, at times the non-streamed request.
+		if r.Streamed && (r.MeanRunning < 1 || r.MeanRunning > 3) {
+			t.Errorf("mean running %v of a stream, want between 1 and 3", r.MeanRunning)
+		}
+	}
+	s.rec.mu.Unlock()
+	// The second stream queued though slots were free, and was granted at
+	// the first one's first chunk (about `first` later), not when the
+	// first one ended (`gap` after that) nor at the pacing bound.
+	if len(queued) != 1 || queued[0] >= first+gap*2/3 || time.Since(start) < queued[0] {
+		t.Fatalf("queue waits of streams %v; want one, near %v", queued, first)
+	}
+	if st := lim.State(); st.Running != 0 || st.Prefilling != 0 {
+		t.Fatalf("end state %+v", st)
+	}
+}

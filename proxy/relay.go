@@ -47,6 +47,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		// maxPendingObs) only for streams whose events arrive together.
 		firstObs     FirstChunk
 		haveFirstObs bool
+		runningSum   int // over output chunks, for rec.MeanRunning
 		chunkObs     = make([]Chunk, 0, 4)
 	)
 	// Flush when the reader holds no further event that already arrived:
@@ -80,8 +81,10 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				if info.HasOutput {
 					rec.OutputChunks++
 					running := int(p.running.Load())
+					runningSum += running
 					if first.IsZero() {
 						first = now
+						x.ticket.FirstToken()
 						if timer != nil {
 							timer.Stop()
 						}
@@ -121,6 +124,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	}
 	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()
+	if rec.OutputChunks > 0 {
+		rec.MeanRunning = float64(runningSum) / float64(rec.OutputChunks)
+	}
 
 	if haveUsage {
 		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, usage.CompletionTokens

@@ -115,6 +115,10 @@ type Record struct {
 	// is reported live to observers; the record keeps only the maximum so
 	// that it needs no per-chunk storage.
 	MaxITL time.Duration `json:"max_itl"`
+	// MeanRunning is the mean number of requests running on the engine
+	// when the stream's output chunks arrived (0 with no output): the
+	// concurrency the request's time per token was spent at.
+	MeanRunning float64 `json:"mean_running"`
 
 	// PromptTokens and OutputTokens come from the engine's usage report.
 	PromptTokens int `json:"prompt_tokens"`
