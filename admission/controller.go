@@ -180,10 +180,12 @@ type Controller struct {
 	// (sum); see attainment.
 	measured map[slo.Targets]perLevel
 
-	cap       int
-	reason    string
-	changedAt time.Time
-	shiftAt   time.Time // requests started before it straddle the shift
+	cap         int
+	prefills    int // the prefill limit (see PrefillLimit)
+	reason      string
+	changedAt   time.Time
+	shiftAt     time.Time // requests started before it straddle the shift
+	stepShiftAt time.Time // the last shift of the time per token (see evidenceAtCap)
 	// failed remembers the levels the cap was lowered from: raising back to
 	// one waits a backoff that doubles with each failure there.
 	failed     map[int]failure
@@ -214,6 +216,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		failed:      map[int]failure{},
 		probes:      map[int]failure{},
 		cap:         cfg.InitialCap,
+		prefills:    1,
 		reason:      "initial",
 	}
 	c.ttft.xOf, c.ttft.prior = c.gap.at, 1
@@ -250,8 +253,13 @@ func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Du
 func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
 	y := gap.Seconds()
 	c.gapShift.add(now, running, y)
+	if c.gap.ok && y > stallGap*c.gap.at(float64(running)) {
+		return
+	}
 	c.gap.add(now, running, y)
 }
+
+const stallGap = 3
 
 // detectShift checks both latencies at the level the cap holds.
 func (c *Controller) detectShift(now time.Time) {
@@ -277,11 +285,15 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	clear(c.dwell)    // goodput measured in the old regime
 	clear(c.measured) // and attainment
 	// The spreads were measured against the old model.
-	c.tpotR.reset()
+	// The TPOT ratios (time per token over the decode step) hold across
+	// a shift that scales the step; the engine TTFT ratios do not.
 	c.ttftR.reset()
 	c.ttftSamples.reset()
 	c.shifts++
 	c.shiftAt = now
+	if cv == c.gap {
+		c.stepShiftAt = now
+	}
 	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
 	c.gapShift.reset()
 	c.ttftShift.reset()

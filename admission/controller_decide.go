@@ -196,6 +196,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	c.detectShift(now)
 	c.refresh(now)
 	if c.cfg.Fixed {
+		c.noteLoad(now, load) // light load is judged with a fixed cap too (admitPaced)
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	if !c.tab.ok {
@@ -210,10 +211,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h))
 	}
 	pl := c.plan(now)
-	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
-		load.PeakRunning >= c.cap-max(1, c.cap/8)
-	c.busy.add(now, c.cfg.Memory, float64(load.Running))
-	c.pressure.add(now, c.cfg.Memory, b2f(demand))
+	demand := c.noteLoad(now, load)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
 	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
@@ -267,6 +265,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 // change of the cap itself disturbs (a raise admits a request while others
 // prefill), so a TTFT-only miss waits for finished requests to confirm it.
 func (c *Controller) evidenceAtCap() bool {
+	if !c.stepShiftAt.IsZero() && c.lastDecide.Sub(c.stepShiftAt) < shiftEvidence {
+		// The decode step itself changed (steady physics, seen in every
+		// running stream): what was measured at the cap no longer holds.
+		return true
+	}
 	t := c.targetsOf(slo.Targets{})
 	m := c.measured[t].get(c.cap)
 	if m.w >= measuredMin {
@@ -291,6 +294,10 @@ func attainmentUpper(m decayed) float64 {
 	half := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / d
 	return math.Min(1, centre+half)
 }
+
+// shiftEvidence is how long after a detected shift of the time per token a
+// predicted miss at the cap lowers it without requests finished there.
+const shiftEvidence = time.Minute
 
 // tpotEvidence is how far the predicted P-quantile of TPOT at the cap must
 // exceed the target for the cap to be lowered before requests finished
@@ -481,6 +488,17 @@ func (c *Controller) shouldProbe(now time.Time) bool {
 	}
 	gw, _ := c.gap.level(c.cap + 1)
 	return gw < 20
+}
+
+// noteLoad records the running count and whether there was demand
+// (requests queued or refused, or the engine within max(1, cap/8) of the
+// cap) for lightLoad, and returns the latter.
+func (c *Controller) noteLoad(now time.Time, load Load) bool {
+	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
+		load.PeakRunning >= c.cap-max(1, c.cap/8)
+	c.busy.add(now, c.cfg.Memory, float64(load.Running))
+	c.pressure.add(now, c.cfg.Memory, b2f(demand))
+	return demand
 }
 
 // lightLoad reports whether the engine runs at most n requests on average

@@ -19,6 +19,7 @@ type controllerMetrics struct {
 	gapA     prometheus.Gauge
 	gapB     prometheus.Gauge
 	attain   prometheus.Gauge
+	prefills prometheus.Gauge
 }
 
 func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
@@ -41,12 +42,13 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 		gapA:     g("model_gap_base_seconds", "Fitted fixed part a of the time per output chunk, a + b x running."),
 		gapB:     g("model_gap_per_running_seconds", "Fitted part b per running request of the time per output chunk."),
 		attain:   g("attainment_ratio", "Measured share of finished requests that met all their targets."),
+		prefills: g("prefill_limit", "Requests that may wait for their first token at once (prefill pacing)."),
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
-			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain} {
+			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -78,4 +80,5 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 		m.predWait.Set(w.Seconds())
 	}
 	m.attain.Set(c.measuredAttainment(now))
+	m.prefills.Set(float64(c.prefills))
 }

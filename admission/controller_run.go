@@ -47,6 +47,7 @@ type Runner struct {
 	peakRun, peakQue int
 	rejected         int
 	gaps             gapQueue
+	pacing           int // the limiter's prefill limit, as last set
 }
 
 var (
@@ -69,6 +70,8 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 		r.log = slog.Default()
 	}
 	r.l.SetLimit(r.c.Cap())
+	r.pacing = r.c.PrefillLimit()
+	r.l.SetPacing(r.pacing, r.c.Config().TTFT)
 	r.l.SetHooks(Hooks{Gate: r, Retry: r})
 	r.metrics.cap.Set(float64(r.c.Cap()))
 	return r, nil
@@ -117,6 +120,11 @@ func (r *Runner) tick(now time.Time) {
 	r.metrics.observe(r.c, now)
 	if d.Changed {
 		r.applyLocked(now, old, d)
+	}
+	if k := r.c.PrefillLimit(); k != r.pacing {
+		r.log.Info("prefill limit changed", "from", r.pacing, "to", k, "reason", "median engine TTFT")
+		r.pacing = k
+		r.l.SetPacing(k, r.c.Config().TTFT)
 	}
 }
 
@@ -182,8 +190,12 @@ func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
 		return
 	}
 	tpot, _ := rec.TPOT()
+	n := float64(max(running, 1))
+	if rec.MeanRunning >= 1 {
+		n = rec.MeanRunning // the concurrency its tokens were made at
+	}
 	f := Finished{
-		Running: float64(max(running, 1)), EngineTTFT: rec.EngineTTFT, TPOT: tpot,
+		Running: n, EngineTTFT: rec.EngineTTFT, TPOT: tpot,
 		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
 		Targets: rec.Targets, Good: rec.Outcome.Good(),
 	}
@@ -202,7 +214,11 @@ func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
 	defer r.mu.Unlock()
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
-	v := r.c.Admit(now, Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets})
+	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets}
+	if s.Running < s.Limit && s.Prefilling > 0 {
+		q.Paced, q.PrefillAge = true, s.PrefillAge
+	}
+	v := r.c.Admit(now, q)
 	if v.Raised {
 		r.applyLocked(now, old, Decision{Cap: v.Cap, Changed: true, Reason: r.c.reason})
 	}

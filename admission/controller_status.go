@@ -9,13 +9,16 @@ import (
 
 // ControllerStatus is the controller's state as /status shows it.
 type ControllerStatus struct {
-	Mode       string    `json:"mode"` // "adaptive"
-	Cap        int       `json:"cap"`
-	Reason     string    `json:"reason"`
-	ChangedAt  time.Time `json:"changed_at,omitzero"`
-	Percentile float64   `json:"percentile"`
-	MinCap     int       `json:"min_cap"`
-	MaxCap     int       `json:"max_cap"`
+	Mode string `json:"mode"` // "adaptive"
+	Cap  int    `json:"cap"`
+	// PrefillLimit is how many requests may wait for their first token at
+	// once (prefill pacing, see Controller.PrefillLimit).
+	PrefillLimit int       `json:"prefill_limit"`
+	Reason       string    `json:"reason"`
+	ChangedAt    time.Time `json:"changed_at,omitzero"`
+	Percentile   float64   `json:"percentile"`
+	MinCap       int       `json:"min_cap"`
+	MaxCap       int       `json:"max_cap"`
 	// Model is the fitted mean model: gap(n) = a + b n per output chunk and
 	// engine TTFT(n) = a + b n, in seconds.
 	GapA  float64 `json:"gap_a_seconds"`
@@ -60,7 +63,7 @@ type LevelStatus struct {
 func (c *Controller) Status(now time.Time) ControllerStatus {
 	s := c.tab.s
 	st := ControllerStatus{
-		Mode: "adaptive", Cap: c.cap, Reason: c.reason, ChangedAt: c.changedAt,
+		Mode: "adaptive", Cap: c.cap, PrefillLimit: c.prefills, Reason: c.reason, ChangedAt: c.changedAt,
 		Percentile: c.cfg.Percentile, MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
 		GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b,
 		TPOTSpread: s.qTPOT, TTFTSpread: s.qTTFT, Shifts: c.shifts, LastShift: c.lastShift,
@@ -113,6 +116,7 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 	a := c.attainment(t)
 	classes := c.classShares(now)
 	var b []byte
+	b = fmt.Appendf(b, "{gap a=%.1fms b=%.2fms qTPOT=%.2f mTPOT=%.2f shifts=%d %s k=%d} ", 1000*c.gap.a, 1000*c.gap.b, c.tab.s.qTPOT, c.tab.s.mTPOT, c.shifts, c.lastShift, c.prefills)
 	for k := max(1, n-3); k <= min(c.cfg.MaxCap, n+3); k++ {
 		ma, mw := 0.0, 0.0
 		if m := c.measured[t].get(k); m.w > 0 {
@@ -123,8 +127,9 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 			dw, dg = d.w, d.sum/d.w
 		}
 		p := c.predict(k)
-		b = fmt.Appendf(b, "[%d A=%.2f meas=%.2f/%.0f G=%.3f dwell=%.0fs/%.3f ttftP=%.2f tpotP=%.3f hold=%.1f] ",
-			k, a[k], ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold)
+		gw, gm := c.gap.level(k)
+		b = fmt.Appendf(b, "[%d A=%.2f meas=%.2f/%.0f G=%.3f dwell=%.0fs/%.3f ttftP=%.2f tpotP=%.3f hold=%.1f gap=%.1fms/%.0f curve=%.1fms] ",
+			k, a[k], ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold, 1000*gm, gw, 1000*c.gap.at(float64(k)))
 	}
 	return string(b)
 }

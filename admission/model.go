@@ -144,6 +144,15 @@ func (c *curve) fit(now time.Time) {
 	if points >= 2 && den > 1e-9 {
 		c.b = (sw*sxy - sx*sy) / den
 		c.a = (sy - c.b*sx) / sw
+		if c.b < 0 && c.shapeB > 0 {
+			// Falling with n contradicts the physics (noise, or samples
+			// at low levels taken in a transient): keep the last
+			// rising shape, scaled to the data, rather than extrapolate
+			// flat, which makes every level above look free.
+			k := sy / (c.shapeA*sw + c.shapeB*sx)
+			c.a, c.b = k*c.shapeA, k*c.shapeB
+			return
+		}
 		if c.b < 0 { // flat or noisy: a constant
 			c.a, c.b = sy/sw, 0
 		}
@@ -220,7 +229,7 @@ type shiftDetector struct {
 	strikes          int
 }
 
-type shiftLevel struct{ long, short decayed }
+type shiftLevel struct{ long, short, outliers decayed }
 
 func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong float64) *shiftDetector {
 	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, maxN: maxN}
@@ -232,8 +241,16 @@ func (s *shiftDetector) add(now time.Time, n int, y float64) {
 	l := &s.lv[i]
 	if l.long.w > 0 {
 		l.long.decay(now, s.long)
+		if y > 3*l.long.mean() {
+			// An outlier (a gap that held a prefill step) says nothing of
+			// the regime, and how often they come changes with the cap;
+			// but a run of them is a new regime (see check).
+			l.outliers.add(now, s.short, 1)
+			return
+		}
 		y = math.Min(y, 3*l.long.mean())
 	}
+	l.outliers.decay(now, s.short)
 	l.long.add(now, s.long, y)
 	l.short.add(now, s.short, y)
 }
@@ -244,15 +261,22 @@ func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
 	// The cap's level and the one below it (running dips below the cap
 	// between a release and the next admission) are pooled.
 	// Levels that never got a sample add nothing (they are not stored).
-	var short, long decayed
+	var short, long, out decayed
 	for m := max(1, n-1); m <= min(n, len(s.lv)-1); m++ {
 		l := &s.lv[m]
 		l.long.decay(now, s.long)
 		l.short.decay(now, s.short)
+		l.outliers.decay(now, s.short)
 		short.w, short.sum = short.w+l.short.w, short.sum+l.short.sum
 		long.w, long.sum = long.w+l.long.w, long.sum+l.long.sum
+		out.w += l.outliers.w
 	}
-	if short.w < s.minShort || long.w < s.minLon {
+	if long.w >= s.minLon && out.w >= s.minShort/4 && out.w > short.w {
+		// Most recent samples were more than 3x the long mean: a
+		// regime at least 3x slower (whose samples come at most a
+		// third as often).
+		short.w, short.sum = 1, 3*long.mean()
+	} else if short.w < s.minShort || long.w < s.minLon {
 		s.strikes = 0
 		return 1, false
 	}

@@ -3,6 +3,7 @@ package admission
 import (
 	"fmt"
 	"github.com/kneecap/kneecap/slo"
+	"sort"
 	"time"
 )
 
@@ -15,6 +16,11 @@ type Query struct {
 	Ahead int
 	// Targets are the request's own targets (zero fields: the operator's).
 	Targets slo.Targets
+	// Paced is true when a slot is free and the request waits only for
+	// the prefill of a request granted PrefillAge ago (see
+	// Limiter.SetPacing).
+	Paced      bool
+	PrefillAge time.Duration
 }
 
 // slotInterval is the predicted mean time between two slot releases at the
@@ -101,6 +107,9 @@ type Verdict struct {
 // budget T_ttft - engine TTFT that it may spend queued. With nothing
 // learned yet it lets everything queue.
 func (c *Controller) Admit(now time.Time, q Query) Verdict {
+	if q.Paced {
+		return c.admitPaced(now, q)
+	}
 	if c.raiseOnDemand(now) {
 		return Verdict{OK: true, Raised: true, Cap: c.cap}
 	}
@@ -118,6 +127,56 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	}
 	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
 }
+
+// admitPaced answers a request that finds a slot free but waits for the
+// prefill of the request granted before it: it would wait the rest of that
+// prefill (the predicted mean engine TTFT less its age) and then its own,
+// and is refused at once if that misses its TTFT target.
+func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
+	if !c.tab.ok {
+		return Verdict{OK: true, Cap: c.cap}
+	}
+	t := c.targetsOf(q.Targets)
+	eng := c.predictedEngineTTFT(now)
+	wait := max(eng-q.PrefillAge, 0)
+	if now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
+		return Verdict{OK: true, Cap: c.cap}
+	}
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
+}
+
+// PrefillLimit is how many requests may wait for their first token at once
+// (see Limiter.SetPacing): as many prefills as fit the TTFT target one
+// after another, floor(T_ttft / median engine TTFT), at least 1, with
+// hysteresis (it rises only when a quarter more would still fit). Before
+// any first token it is 1.
+func (c *Controller) PrefillLimit() int {
+	if c.prefills == 0 {
+		c.prefills = 1
+	}
+	if len(c.tab.ttf) < 8 {
+		return c.prefills
+	}
+	ys := make([]float64, len(c.tab.ttf))
+	for i, s := range c.tab.ttf {
+		ys[i] = s.y
+	}
+	sort.Float64s(ys)
+	med := ys[len(ys)/2]
+	if med <= 0 {
+		return c.prefills
+	}
+	r := c.cfg.TTFT.Seconds() / med
+	switch {
+	case int(r+0.25) < c.prefills:
+		c.prefills = max(1, int(r+0.25))
+	case int(r-0.25) > c.prefills:
+		c.prefills = min(maxPrefills, int(r-0.25))
+	}
+	return c.prefills
+}
+
+const maxPrefills = 64
 
 // raiseOnDemand raises the cap by one if the model supports it.
 func (c *Controller) raiseOnDemand(now time.Time) bool {
