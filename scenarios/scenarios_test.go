@@ -45,25 +45,12 @@ func TestScenarios(t *testing.T) {
 	}
 	// The issue's thresholds are printed above (ok / MISS). Runs of one
 	// seed are exactly repeatable (TestRunsRepeat), so CI checks every
-	// threshold on seed 1 but one: knownMiss.
+	// threshold on seed 1.
 	for _, r := range s.Rows() {
 		for _, c := range r.Checks {
-			switch {
-			case c.OK:
-			case knownMiss(c.What):
-				t.Logf("issue threshold missed (known, see docs/scenarios.md): %s: %s", r.Scenario, c.What)
-			default:
+			if !c.OK {
 				t.Errorf("%s: %s", r.Scenario, c.What)
 			}
 		}
 	}
-}
-
-// knownMiss reports whether a threshold check is the one the controller
-// does not meet on seed 1 and CI therefore does not enforce: scenario 1
-// against the best power-of-two cap. There caps 2-5 lie within 3 % of
-// each other (a plateau, see docs/scenarios.md), below what the
-// controller's predictions resolve; the other seeds miss it too.
-func knownMiss(what string) bool {
-	return strings.HasPrefix(what, "adaptive >= best power-of-two cap")
 }

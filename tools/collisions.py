@@ -9,7 +9,7 @@ For every completed request in the measured window (after the first minute) it
 derives when the request reached the engine (end - e2e + queue_wait) and counts
 the requests that reached it less than 0.3 s after or before another one: two
 prompts prefilled in the same step, or one waiting for the other's step (see
-docs/scenarios.md, "Where scenario 1's misses come from"). It prints how many of
+docs/scenarios.md, "Where scenario 1's misses came from"). It prints how many of
 those missed a target, and the misses overall.
 """
 import re
