@@ -33,6 +33,9 @@ type ControllerConfig struct {
 	// deadline check and Retry-After still use it, but Decide never moves
 	// the cap (KNEECAP_MAX_CONCURRENCY set).
 	Fixed bool
+	// NoPacing turns prefill pacing off: PrefillLimit is then 0 and the
+	// limiter grants any free slot at once (KNEECAP_PREFILL_PACING=false).
+	NoPacing bool
 	// Memory is the time constant over which the model forgets (default
 	// 60s); a detected shift cuts the old memory to a tenth of its weight.
 	Memory time.Duration

@@ -42,7 +42,7 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 		gapA:     g("model_gap_base_seconds", "Fitted fixed part a of the time per output chunk, a + b x running."),
 		gapB:     g("model_gap_per_running_seconds", "Fitted part b per running request of the time per output chunk."),
 		attain:   g("attainment_ratio", "Measured share of finished requests that met all their targets."),
-		prefills: g("prefill_limit", "Requests that may wait for their first token at once (prefill pacing)."),
+		prefills: g("prefill_limit", "Requests that may wait for their first token at once (prefill pacing; 0: off)."),
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")

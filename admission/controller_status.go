@@ -12,7 +12,7 @@ type ControllerStatus struct {
 	Mode string `json:"mode"` // "adaptive"
 	Cap  int    `json:"cap"`
 	// PrefillLimit is how many requests may wait for their first token at
-	// once (prefill pacing, see Controller.PrefillLimit).
+	// once (prefill pacing, see Controller.PrefillLimit); 0: pacing off.
 	PrefillLimit int       `json:"prefill_limit"`
 	Reason       string    `json:"reason"`
 	ChangedAt    time.Time `json:"changed_at,omitzero"`

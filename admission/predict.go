@@ -149,8 +149,12 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 // (see Limiter.SetPacing): as many prefills as fit the TTFT target one
 // after another, floor(T_ttft / median engine TTFT), at least 1, with
 // hysteresis (it rises only when a quarter more would still fit). Before
-// any first token it is 1.
+// any first token it is 1; with NoPacing it is 0 (pacing off).
 func (c *Controller) PrefillLimit() int {
+	if c.cfg.NoPacing {
+		c.prefills = 0
+		return 0
+	}
 	if c.prefills == 0 {
 		c.prefills = 1
 	}

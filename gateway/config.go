@@ -69,6 +69,10 @@ type Config struct {
 	SLOPercentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
 	MinCap        int     `env:"MIN_CAP" envDefault:"1"`
 	MaxCap        int     `env:"MAX_CAP"`
+	// PrefillPacing lets the controller pace prefills (a static cap too):
+	// a slot is granted only while fewer than k admitted requests wait for
+	// their first token (see admission.Limiter.SetPacing).
+	PrefillPacing bool `env:"PREFILL_PACING" envDefault:"true"`
 
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`

@@ -82,7 +82,7 @@ func fill(cfg *Config, d Config) {
 		cfg.DrainTimeout = d.DrainTimeout
 	}
 	cfg.UpstreamHealthPath, cfg.LogFormat = d.UpstreamHealthPath, d.LogFormat
-	cfg.SLOPercentile, cfg.MinCap = d.SLOPercentile, d.MinCap
+	cfg.SLOPercentile, cfg.MinCap, cfg.PrefillPacing = d.SLOPercentile, d.MinCap, d.PrefillPacing
 }
 
 // stop ends Run and checks that it returned cleanly; later calls do nothing.

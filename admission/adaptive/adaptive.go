@@ -98,6 +98,7 @@ func New(cfg Config) gateway.ControllerFunc {
 		cc := admission.ControllerConfig{
 			TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
 			Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
+			NoPacing: !h.Config.PrefillPacing,
 		}
 		if cfg.Percentile > 0 {
 			cc.Percentile = cfg.Percentile

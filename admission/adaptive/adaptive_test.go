@@ -54,3 +54,41 @@ func TestNewWiresTheGateway(t *testing.T) {
 		}
 	}
 }
+
+// KNEECAP_PREFILL_PACING (default true) lets the controller pace prefills,
+// with a static cap too: before any first token one request at a time may
+// wait for it. false turns pacing off: free slots are granted at once.
+func TestPrefillPacingSetting(t *testing.T) {
+	for _, tc := range []struct {
+		env        []string
+		prefilling int // after one grant
+	}{
+		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1"}, 1},
+		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5"}, 1},
+		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5", "KNEECAP_PREFILL_PACING=false"}, 0},
+	} {
+		cfg, err := gateway.ConfigFromEnv(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acfg, _ := ConfigFromEnv(nil)
+		g, err := gateway.New(cfg, gateway.WithController(New(acfg)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lim := g.Limiter()
+		lim.SetLimit(5)
+		tk, err := lim.Acquire(t.Context(), admission.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := lim.State(); st.Prefilling != tc.prefilling {
+			t.Errorf("%v: %d prefilling after one grant, want %d", tc.env, st.Prefilling, tc.prefilling)
+		}
+		tk.Release()
+	}
+	if _, err := gateway.ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_PREFILL_PACING=sometimes"}); err == nil ||
+		!strings.Contains(err.Error(), "KNEECAP_PREFILL_PACING") {
+		t.Errorf("bad KNEECAP_PREFILL_PACING: %v, want an error naming it", err)
+	}
+}
