@@ -256,13 +256,11 @@ func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Du
 func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
 	y := gap.Seconds()
 	c.gapShift.add(now, running, y)
-	if c.gap.ok && y > stallGap*c.gap.at(float64(running)) {
-		return
+	if c.gap.ok && y > outlierFactor*c.gap.at(float64(running)) {
+		return // a prefill stall, not a decode step (see outlierFactor)
 	}
 	c.gap.add(now, running, y)
 }
-
-const stallGap = 3
 
 // detectShift checks both latencies at the level the cap holds.
 func (c *Controller) detectShift(now time.Time) {
@@ -287,9 +285,9 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	c.idle = decayed{}
 	clear(c.dwell)    // goodput measured in the old regime
 	clear(c.measured) // and attainment
-	// The spreads were measured against the old model.
-	// The TPOT ratios (time per token over the decode step) hold across
-	// a shift that scales the step; the engine TTFT ratios do not.
+	// The engine TTFT spread was measured against the old model; the TPOT
+	// spread (time per token over the decode step) holds across a shift
+	// that scales the step, and is kept.
 	c.ttftR.reset()
 	c.ttftSamples.reset()
 	c.shifts++

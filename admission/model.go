@@ -208,18 +208,23 @@ func (c *curve) level(n int) (w, mean float64) {
 	return l.w, l.mean()
 }
 
+// outlierFactor is how far above the expected value a sample is taken for
+// an outlier: a chunk gap that held a prefill step rather than a decode
+// step (left out of the step curve and of the shift detector's means).
+const outlierFactor = 3
+
 // shiftDetector watches one latency for a change of regime (an engine
 // slowdown or restart, longer prompts). Per running count it keeps two
-// forgotten means of winsorised samples, min(y, 3*long mean), over a long
-// (the model's memory) and a short window; at the level the cap holds and
-// the one below,
+// forgotten means of samples, over a long (the model's memory) and a short
+// window; at the level the cap holds and the one below,
 //
 //	R = short mean / long mean
 //
 // outside [1/k, k] at two checks in a row, with enough weight in both,
-// means that what the model learned there no longer holds. Winsorising
-// keeps the rare long samples (a prefill stalling its neighbours: a gap 50
-// times the typical one) from looking like a shift.
+// means that what the model learned there no longer holds. Samples over
+// outlierFactor times the long mean (a prefill stalling its neighbours: a
+// gap 10-50 times the typical one) are left out of both means, since how
+// often they come changes with the cap; a run of them is itself a shift.
 type shiftDetector struct {
 	long, short      time.Duration
 	k                float64
@@ -241,14 +246,13 @@ func (s *shiftDetector) add(now time.Time, n int, y float64) {
 	l := &s.lv[i]
 	if l.long.w > 0 {
 		l.long.decay(now, s.long)
-		if y > 3*l.long.mean() {
+		if y > outlierFactor*l.long.mean() {
 			// An outlier (a gap that held a prefill step) says nothing of
 			// the regime, and how often they come changes with the cap;
 			// but a run of them is a new regime (see check).
 			l.outliers.add(now, s.short, 1)
 			return
 		}
-		y = math.Min(y, 3*l.long.mean())
 	}
 	l.outliers.decay(now, s.short)
 	l.long.add(now, s.long, y)
@@ -272,10 +276,10 @@ func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
 		out.w += l.outliers.w
 	}
 	if long.w >= s.minLon && out.w >= s.minShort/4 && out.w > short.w {
-		// Most recent samples were more than 3x the long mean: a
-		// regime at least 3x slower (whose samples come at most a
+		// Most recent samples were outliers: a regime at least
+		// outlierFactor times slower (whose samples come at most a
 		// third as often).
-		short.w, short.sum = 1, 3*long.mean()
+		short.w, short.sum = 1, outlierFactor*long.mean()
 	} else if short.w < s.minShort || long.w < s.minLon {
 		s.strikes = 0
 		return 1, false

@@ -30,6 +30,22 @@ func TestConfigFromEnv(t *testing.T) {
 	}
 }
 
+// newGateway builds the gateway from environ with the controller New makes
+// from its defaults, as `kneecap serve` does.
+func newGateway(t *testing.T, environ []string) *gateway.Gateway {
+	t.Helper()
+	cfg, err := gateway.ConfigFromEnv(environ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acfg, _ := ConfigFromEnv(nil)
+	g, err := gateway.New(cfg, gateway.WithController(New(acfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // New wires the controller into the gateway: adaptive (starting at MinCap)
 // with MAX_CONCURRENCY unset, fixed at it when set.
 func TestNewWiresTheGateway(t *testing.T) {
@@ -40,15 +56,7 @@ func TestNewWiresTheGateway(t *testing.T) {
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1"}, 1},
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5"}, 5},
 	} {
-		cfg, err := gateway.ConfigFromEnv(tc.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acfg, _ := ConfigFromEnv(nil)
-		g, err := gateway.New(cfg, gateway.WithController(New(acfg)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := newGateway(t, tc.env)
 		if got := g.Limiter().Limit(); got != tc.want {
 			t.Errorf("%v: limit %d, want %d", tc.env, got, tc.want)
 		}
@@ -67,15 +75,7 @@ func TestPrefillPacingSetting(t *testing.T) {
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5"}, 1},
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5", "KNEECAP_PREFILL_PACING=false"}, 0},
 	} {
-		cfg, err := gateway.ConfigFromEnv(tc.env)
-		if err != nil {
-			t.Fatal(err)
-		}
-		acfg, _ := ConfigFromEnv(nil)
-		g, err := gateway.New(cfg, gateway.WithController(New(acfg)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := newGateway(t, tc.env)
 		lim := g.Limiter()
 		lim.SetLimit(5)
 		tk, err := lim.Acquire(t.Context(), admission.Request{})
