@@ -54,6 +54,23 @@ type Config struct {
 	// FirstTokenTimeout bounds forwarding to first output of a streamed
 	// request (504, or an SSE error event after headers); 0 disables it.
 	FirstTokenTimeout time.Duration `env:"FIRST_TOKEN_TIMEOUT" envDefault:"60s"`
+	// ResponseTimeout bounds forwarding to the response headers of a
+	// request that is not streamed (engines answer it when the whole
+	// generation is done): 504 beyond it; 0 disables it.
+	ResponseTimeout time.Duration `env:"RESPONSE_TIMEOUT" envDefault:"10m"`
+	// StreamIdleTimeout bounds the silence of an engine's response once its
+	// headers arrived (an SSE error event, or 504 before anything was
+	// sent); 0 disables it.
+	StreamIdleTimeout time.Duration `env:"STREAM_IDLE_TIMEOUT" envDefault:"60s"`
+	// ClientWriteTimeout bounds each write to a client: one that takes no
+	// bytes for that long is cut off and its slot freed; 0 disables it.
+	ClientWriteTimeout time.Duration `env:"CLIENT_WRITE_TIMEOUT" envDefault:"30s"`
+	// UpstreamIdleTimeout is how long an idle connection to the engine is
+	// kept for reuse: under the engines' own keep-alive (5 s in uvicorn as
+	// vLLM and SGLang run it, and in llama.cpp's cpp-httplib), so that the
+	// gateway lets a connection go before the engine closes it. 0 means a
+	// new connection for every request.
+	UpstreamIdleTimeout time.Duration `env:"UPSTREAM_IDLE_TIMEOUT" envDefault:"4s"`
 	// MaxBodyBytes bounds a generation request body (413 beyond it).
 	MaxBodyBytes int64 `env:"MAX_BODY_BYTES" envDefault:"16777216"`
 	// DrainTimeout bounds how long running streams may finish after
@@ -206,6 +223,14 @@ func (c Config) Validate() error {
 		return bad("MaxQueueWait", "must not be negative")
 	case c.FirstTokenTimeout < 0:
 		return bad("FirstTokenTimeout", "must not be negative")
+	case c.ResponseTimeout < 0:
+		return bad("ResponseTimeout", "must not be negative")
+	case c.StreamIdleTimeout < 0:
+		return bad("StreamIdleTimeout", "must not be negative")
+	case c.ClientWriteTimeout < 0:
+		return bad("ClientWriteTimeout", "must not be negative")
+	case c.UpstreamIdleTimeout < 0:
+		return bad("UpstreamIdleTimeout", "must not be negative")
 	case c.MaxBodyBytes <= 0:
 		return bad("MaxBodyBytes", "must be positive")
 	case c.DrainTimeout < 0:

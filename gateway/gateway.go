@@ -139,7 +139,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	}
 	g.transport = g.opts.transport
 	if g.transport == nil {
-		g.transport = newTransport()
+		g.transport = newTransport(cfg.UpstreamIdleTimeout)
 	}
 	targets := cfg.Targets()
 	g.lim = admission.NewLimiter(admission.Config{Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue})
@@ -172,12 +172,18 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	p, err := proxy.New(proxy.Config{
 		Upstream: cfg.Upstream, Transport: g.transport, Limiter: g.lim, Targets: targets,
 		MaxQueueWait: cfg.MaxQueueWait, FirstTokenTimeout: cfg.FirstTokenTimeout,
-		MaxBodyBytes: cfg.MaxBodyBytes, Observer: observers, Logger: g.log,
+		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
+		ClientWriteTimeout: cfg.ClientWriteTimeout,
+		MaxBodyBytes:       cfg.MaxBodyBytes, Observer: observers, Logger: g.log,
 	})
 	if err != nil {
 		return nil, err
 	}
 	g.proxy = p
+	g.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "kneecap_upstream_retries_total",
+		Help: "Requests sent to the engine a second time, on a fresh connection, because the reused keep-alive connection they were sent on failed before any response byte arrived (the engine had closed it).",
+	}, func() float64 { return float64(p.Retries()) }))
 	g.traffic = g.trafficRouter()
 	g.admin = g.adminRouter()
 	return g, nil
@@ -185,15 +191,18 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 
 // newTransport returns the transport to the engine: keep-alive connections
 // enough for every running stream (the default of 2 idle per host would
-// reconnect constantly), no compression (the relay reads the bytes), no
-// response-header timeout (FirstTokenTimeout bounds the wait instead).
-func newTransport() *http.Transport {
+// reconnect constantly), each kept idle for less than the engine's own
+// keep-alive (idle; 0 means none is kept), no compression (the relay reads
+// the bytes), no response-header timeout (FirstTokenTimeout and
+// ResponseTimeout bound the wait instead).
+func newTransport(idle time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // the engine is local; never via HTTP_PROXY
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   4096,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idle,
+		DisableKeepAlives:     idle == 0,
 		DisableCompression:    true,
 		ExpectContinueTimeout: time.Second,
 		// Read and write buffers stay at 4 KiB: the event reader buffers

@@ -216,6 +216,7 @@ func TestMetricNames(t *testing.T) {
 		"kneecap_e2e_seconds", "kneecap_queue_wait_seconds", "kneecap_output_tokens_total", "kneecap_running",
 		"kneecap_queued", "kneecap_concurrency_limit", "kneecap_rejections_total",
 		"kneecap_goodput_requests_per_second", "kneecap_slo_attainment_ratio", "kneecap_demand_ratio",
+		"kneecap_upstream_retries_total",
 	} {
 		if !strings.Contains(body, "\n"+name) && !strings.HasPrefix(body, name) {
 			t.Errorf("metric %s missing from /metrics", name)

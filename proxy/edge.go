@@ -27,11 +27,23 @@ const (
 	reasonErrorEvent        = "engine_error_event"
 	reasonEngineStatus      = "engine_status"
 	reasonEventTooLarge     = "event_too_large"
+	reasonStreamIdle        = "stream_idle_timeout"
+	reasonResponseTimeout   = "response_timeout"
+	reasonBadResponse       = "engine_bad_response"
+	reasonClientTooSlow     = "client_too_slow"
 )
 
 // errFirstTokenTimeout is the cancel cause when the engine sent no output
 // within Config.FirstTokenTimeout.
 var errFirstTokenTimeout = errors.New("proxy: no first token within the first-token timeout")
+
+// errStreamIdle is the cancel cause when the engine's response body was
+// silent for longer than Config.StreamIdleTimeout.
+var errStreamIdle = errors.New("proxy: the engine's response was silent for longer than the stream-idle timeout")
+
+// errResponseTimeout is the cancel cause when a request that is not
+// streamed got no response headers within Config.ResponseTimeout.
+var errResponseTimeout = errors.New("proxy: no response within the response timeout")
 
 // retryAfterSeconds renders a Retry-After duration as whole seconds,
 // rounded up, at least 1.

@@ -31,7 +31,9 @@ type Config struct {
 	// prefix). Required.
 	Upstream *url.URL
 	// Transport carries requests to the engine. nil means
-	// http.DefaultTransport.
+	// http.DefaultTransport. A request that failed on a reused connection
+	// before any response byte arrived is sent once more on a fresh one
+	// (see Proxy.Retries).
 	Transport http.RoundTripper
 	// Limiter caps generation requests running on the engine. nil means no
 	// cap and no queue.
@@ -48,6 +50,20 @@ type Config struct {
 	// error event after them. Zero means no bound. Non-streamed requests
 	// have no observable first token and are not bounded by it.
 	FirstTokenTimeout time.Duration
+	// ResponseTimeout bounds the time from forwarding a request that is
+	// not streamed to its response headers (engines answer such a request
+	// when the whole generation is done): 504 beyond it. Zero means no
+	// bound.
+	ResponseTimeout time.Duration
+	// StreamIdleTimeout bounds the silence of the engine's response body
+	// once its headers arrived, streamed or not: no byte for that long and
+	// the request ends with an SSE error event (504 when nothing was sent
+	// yet). Zero means no bound.
+	StreamIdleTimeout time.Duration
+	// ClientWriteTimeout bounds each write to the client: a client that
+	// does not take the bytes for that long is cut off and its slot freed.
+	// Zero means no bound.
+	ClientWriteTimeout time.Duration
 	// MaxBodyBytes bounds a generation request body (413 beyond it). Zero
 	// means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -64,7 +80,7 @@ type Config struct {
 // concurrent use and starts no goroutines.
 type Proxy struct {
 	cfg       Config
-	transport http.RoundTripper
+	transport *upstream
 	obs       Observer
 	log       *slog.Logger
 	pass      *httputil.ReverseProxy
@@ -76,10 +92,12 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
 		return nil, errors.New("proxy: Upstream must be an absolute http(s) URL")
 	}
-	p := &Proxy{cfg: cfg, transport: cfg.Transport, obs: cfg.Observer, log: cfg.Logger}
-	if p.transport == nil {
-		p.transport = http.DefaultTransport
+	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger}
+	rt := cfg.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
 	}
+	p.transport = newUpstream(rt)
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
@@ -113,6 +131,10 @@ func New(cfg Config) (*Proxy, error) {
 // Running returns the number of generation requests forwarded to the
 // engine and not yet ended.
 func (p *Proxy) Running() int { return int(p.running.Load()) }
+
+// Retries returns the number of requests sent to the engine a second time
+// because their reused connection failed before any response byte.
+func (p *Proxy) Retries() int64 { return p.transport.retries.Load() }
 
 // Generation returns the handler of a generation route ("chat" for POST
 // /v1/chat/completions, "completions" for POST /v1/completions): admitted,
@@ -273,9 +295,15 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "could not build the upstream request")
 		return
 	}
+	// A streamed request is bounded up to its first output chunk, one that
+	// is not streamed up to its response headers.
 	var timer *time.Timer
-	if p.cfg.FirstTokenTimeout > 0 && x.rec.Streamed {
+	switch {
+	case x.rec.Streamed && p.cfg.FirstTokenTimeout > 0:
 		timer = time.AfterFunc(p.cfg.FirstTokenTimeout, func() { cancel(errFirstTokenTimeout) })
+		defer timer.Stop()
+	case !x.rec.Streamed && p.cfg.ResponseTimeout > 0:
+		timer = time.AfterFunc(p.cfg.ResponseTimeout, func() { cancel(errResponseTimeout) })
 		defer timer.Stop()
 	}
 	p.running.Add(1)
@@ -283,26 +311,48 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 	x.forwarded = time.Now()
 	resp, err := p.transport.RoundTrip(out)
 	if err != nil {
-		switch {
-		case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
-			x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
-		case x.r.Context().Err() != nil:
-			x.fail(slo.ClientCancelled, "", 0)
-		default:
-			x.err = err
-			x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
+		if !p.timedOut(ctx, x) {
+			if x.r.Context().Err() != nil {
+				x.fail(slo.ClientCancelled, "", 0)
+			} else {
+				x.err = err
+				x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
+			}
 		}
 		return
 	}
+	var stopIdle func()
+	resp.Body, stopIdle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, cancel)
+	defer stopIdle()
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
 		p.relayStream(ctx, x, resp, timer)
 		return
 	}
-	if timer != nil {
-		timer.Stop() // a complete non-SSE answer: nothing left to time out
+	if timer != nil && x.rec.Streamed {
+		timer.Stop() // an answer that is not a stream: no first chunk to wait for
 	}
 	p.relayWhole(ctx, x, resp)
+}
+
+// timedOut answers a request whose engine request was cancelled by one of
+// the gateway's own bounds before anything was sent to the client (504),
+// and reports whether it was.
+func (p *Proxy) timedOut(ctx context.Context, x *exchange) bool {
+	if x.r.Context().Err() != nil {
+		return false // the client left first
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errFirstTokenTimeout):
+		x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+	case errors.Is(cause, errResponseTimeout):
+		x.errorResponse(slo.EngineError, reasonResponseTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no response within the response timeout")
+	case errors.Is(cause, errStreamIdle):
+		x.errorResponse(slo.EngineError, reasonStreamIdle, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine's response stalled for longer than the stream-idle timeout")
+	default:
+		return false
+	}
+	return true
 }
 
 func isEventStream(h http.Header) bool {

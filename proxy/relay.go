@@ -2,9 +2,13 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/kneecap/kneecap/slo"
@@ -32,7 +36,10 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	w.WriteHeader(resp.StatusCode)
 	rec.Status = resp.StatusCode
 	rc := http.NewResponseController(w)
-	clientGone := rc.Flush() != nil
+	dl := clientDeadline{rc: rc, bound: p.cfg.ClientWriteTimeout}
+	dl.extend(time.Now())
+	writeErr := rc.Flush()
+	clientGone := writeErr != nil
 
 	var (
 		first, last time.Time
@@ -65,6 +72,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		}
 		consumed += int64(len(ev.Raw))
 		now := time.Now()
+		dl.extend(now)
 		forward := true
 		if ev.Data != nil {
 			if ev.IsDone() {
@@ -101,7 +109,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			}
 		}
 		if forward {
-			if _, err := w.Write(ev.Raw); err != nil {
+			if _, writeErr = w.Write(ev.Raw); writeErr != nil {
 				clientGone = true
 				break
 			}
@@ -111,7 +119,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		// when the queue of observations waiting for a flush is full.
 		if dirty && (consumed == src.n || len(chunkObs) >= maxPendingObs) {
 			dirty = false
-			if err := rc.Flush(); err != nil {
+			if writeErr = rc.Flush(); writeErr != nil {
 				clientGone = true
 			}
 		}
@@ -145,10 +153,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		// or [DONE] seen) got its whole answer: judge it. Only one that
 		// left before the end cancelled.
 		if !done {
-			x.fail(slo.ClientCancelled, "", 0)
+			x.fail(slo.ClientCancelled, clientReason(writeErr), 0)
 		}
 	case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
 		p.streamError(x, slo.EngineError, reasonFirstTokenTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+	case errors.Is(context.Cause(ctx), errStreamIdle):
+		p.streamError(x, slo.EngineError, reasonStreamIdle, wire.TypeTimeout, "the engine's stream stalled for longer than the stream-idle timeout")
 	case errors.Is(readErr, wire.ErrEventTooLarge):
 		p.streamError(x, slo.EngineError, reasonEventTooLarge, wire.TypeServer, "the engine sent an event larger than the gateway relays")
 	case readErr != nil && readErr != io.EOF:
@@ -175,6 +185,33 @@ func (p *Proxy) observe(first *FirstChunk, haveFirst *bool, chunks *[]Chunk) {
 	*chunks = (*chunks)[:0]
 }
 
+// clientDeadline keeps a write deadline on the client's connection about
+// bound ahead: a client that takes no bytes for that long fails the write.
+// It moves the deadline only when an eighth of the bound has passed, so a
+// busy stream does not pay for it per event.
+type clientDeadline struct {
+	rc    *http.ResponseController
+	bound time.Duration
+	set   time.Time // when the deadline was last moved
+}
+
+func (d *clientDeadline) extend(now time.Time) {
+	if d.bound <= 0 || now.Sub(d.set) < d.bound/8 {
+		return
+	}
+	d.set = now
+	_ = d.rc.SetWriteDeadline(now.Add(d.bound)) // unsupported by a test recorder: no bound
+}
+
+// clientReason names why a client counted as gone: it took no bytes within
+// the client write timeout, or it left.
+func clientReason(writeErr error) string {
+	if errors.Is(writeErr, os.ErrDeadlineExceeded) {
+		return reasonClientTooSlow
+	}
+	return ""
+}
+
 // streamError records a failure after the headers were sent and tells the
 // client with an SSE error event (the only channel left).
 func (p *Proxy) streamError(x *exchange, o slo.Outcome, reason, errType, msg string) {
@@ -186,33 +223,53 @@ func (p *Proxy) streamError(x *exchange, o slo.Outcome, reason, errType, msg str
 
 // relayWhole relays a response that is not an SSE stream (a non-streamed
 // completion, or an engine error), reading the usage report of a
-// successful one.
+// successful one. A body that no OpenAI client could read (not JSON: a
+// plain-text error page, or a broken success) is replaced by an
+// OpenAI-shaped error with the same status, or 502 for a success.
 func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response) {
 	rec := &x.rec
 	rec.Streamed = false // whatever was asked, no first token was observable
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWholeBody+1))
 	if err != nil {
+		if !p.timedOut(ctx, x) {
+			if x.r.Context().Err() != nil {
+				x.fail(slo.ClientCancelled, "", 0)
+			} else {
+				x.err = err
+				x.errorResponse(slo.EngineError, reasonStreamBroken, http.StatusBadGateway, wire.TypeServer, "the engine's response broke off")
+			}
+		}
+		return
+	}
+	dl := clientDeadline{rc: http.NewResponseController(x.w), bound: p.cfg.ClientWriteTimeout}
+	dl.extend(time.Now())
+	s := resp.StatusCode
+	if len(body) <= maxWholeBody && !json.Valid(body) {
+		rec.E2E = time.Since(rec.Arrival)
 		switch {
-		case x.r.Context().Err() != nil:
-			x.fail(slo.ClientCancelled, "", 0)
-		case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
-			x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
+		case s >= 200 && s < 300:
+			x.errorResponse(slo.EngineError, reasonBadResponse, http.StatusBadGateway, wire.TypeServer,
+				"the engine answered "+strconv.Itoa(s)+" with a body that is not JSON")
+		case s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests:
+			copyRetryAfter(x.w.Header(), resp.Header)
+			x.errorResponse(slo.InvalidRequest, reasonEngineStatus, s, wire.TypeInvalidRequest, engineText(s, body))
 		default:
-			x.errorResponse(slo.EngineError, reasonStreamBroken, http.StatusBadGateway, wire.TypeServer, "the engine's response broke off")
+			copyRetryAfter(x.w.Header(), resp.Header)
+			x.errorResponse(slo.EngineError, reasonEngineStatus, max(s, http.StatusBadGateway), wire.TypeServer, engineText(s, body))
 		}
 		return
 	}
 	copyResponseHeaders(x.w.Header(), resp.Header)
-	x.w.WriteHeader(resp.StatusCode)
-	rec.Status = resp.StatusCode
+	x.w.WriteHeader(s)
+	rec.Status = s
 	_, werr := x.w.Write(body)
 	if werr == nil && len(body) > maxWholeBody {
 		_, werr = io.Copy(x.w, resp.Body)
 	}
 	rec.E2E = time.Since(rec.Arrival)
-	switch s := resp.StatusCode; {
+	switch {
 	case werr != nil:
-		x.fail(slo.ClientCancelled, "", 0)
+		x.fail(slo.ClientCancelled, clientReason(werr), 0)
 		return
 	case s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests:
 		x.fail(slo.InvalidRequest, reasonEngineStatus, 0)
@@ -225,6 +282,37 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, info.Usage.CompletionTokens
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown
+	}
+}
+
+// engineText is the message of an engine error whose body is not JSON: the
+// status and the start of the body, printable ASCII only.
+func engineText(status int, body []byte) string {
+	const maxText = 200
+	text := make([]byte, 0, min(len(body), maxText))
+	for _, c := range body {
+		if len(text) == maxText {
+			break
+		}
+		switch {
+		case c >= 0x20 && c < 0x7f:
+			text = append(text, c)
+		case c == '\n' || c == '\r' || c == '\t':
+			text = append(text, ' ')
+		}
+	}
+	msg := "the engine answered " + strconv.Itoa(status)
+	if t := strings.TrimSpace(string(text)); t != "" {
+		msg += ": " + t
+	}
+	return msg
+}
+
+// copyRetryAfter keeps an engine's Retry-After on an error the gateway
+// rewrote.
+func copyRetryAfter(dst, src http.Header) {
+	if v := src.Get("Retry-After"); v != "" {
+		dst.Set("Retry-After", v)
 	}
 }
 
