@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"net/url"
 	"strings"
 	"testing"
@@ -84,4 +86,39 @@ func TestUpstreamFailures(t *testing.T) {
 			t.Fatalf("record %+v", r)
 		}
 	})
+}
+
+// TestClientWriteDeadlineDoesNotCarryOver: the write deadline of one
+// response must not fail the next response on the same keep-alive
+// connection (net/http clears it when a response is finished).
+func TestClientWriteDeadlineDoesNotCarryOver(t *testing.T) {
+	s := newSetup(t, &proxytest.Engine{}, Config{ClientWriteTimeout: 50 * time.Millisecond})
+	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
+	defer c.CloseIdleConnections()
+	for i, path := range []string{"/v1/chat/completions", "/v1/models", "/v1/chat/completions"} {
+		if i > 0 {
+			time.Sleep(150 * time.Millisecond) // well past the first response's deadline
+		}
+		method, body := http.MethodPost, chatBody
+		if path == "/v1/models" {
+			method, body = http.MethodGet, ""
+		}
+		reused := false
+		ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }})
+		req, _ := http.NewRequestWithContext(ctx, method, s.gateway.URL+path, strings.NewReader(body))
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("request %d (%s): %v", i, path, err)
+		}
+		got := readAll(t, resp)
+		if resp.StatusCode != 200 || (path != "/v1/models" && !strings.Contains(got, "[DONE]")) {
+			t.Fatalf("request %d (%s): status %d body %q", i, path, resp.StatusCode, got)
+		}
+		if i > 0 && !reused {
+			t.Fatalf("request %d went out on a new connection: the test tests nothing", i)
+		}
+	}
+	if got := s.proxy.Retries(); got != 0 {
+		t.Errorf("%d retries against an engine that closes nothing", got)
+	}
 }

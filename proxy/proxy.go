@@ -193,6 +193,7 @@ type exchange struct {
 	forwarded  time.Time
 	err        error             // the underlying cause of an engine failure, for the log
 	ticket     *admission.Ticket // nil without a limiter
+	deadline   clientDeadline    // the write deadline on the client's connection
 }
 
 func (x *exchange) fail(o slo.Outcome, reason string, status int) {
@@ -209,7 +210,7 @@ func (x *exchange) errorResponse(o slo.Outcome, reason string, status int, errTy
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route string) {
-	x := &exchange{w: w, r: r}
+	x := &exchange{w: w, r: r, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
 	x.rec = slo.Record{Route: route, Arrival: time.Now(), Targets: p.cfg.Targets}
 	defer p.finish(x)
 

@@ -35,9 +35,8 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	w.Header().Del("Content-Length")
 	w.WriteHeader(resp.StatusCode)
 	rec.Status = resp.StatusCode
-	rc := http.NewResponseController(w)
-	dl := clientDeadline{rc: rc, bound: p.cfg.ClientWriteTimeout}
-	dl.extend(time.Now())
+	rc := x.deadline.rc
+	x.deadline.refresh(time.Now())
 	writeErr := rc.Flush()
 	clientGone := writeErr != nil
 
@@ -72,7 +71,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		}
 		consumed += int64(len(ev.Raw))
 		now := time.Now()
-		dl.extend(now)
+		x.deadline.extend(now)
 		forward := true
 		if ev.Data != nil {
 			if ev.IsDone() {
@@ -127,6 +126,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			p.observe(&firstObs, &haveFirstObs, &chunkObs)
 		}
 	}
+	// The rest (and net/http's end of the response, after the handler
+	// returns) may follow a long wait for the engine's end of stream.
+	x.deadline.refresh(time.Now())
 	if dirty && !clientGone {
 		_ = rc.Flush()
 	}
@@ -187,20 +189,32 @@ func (p *Proxy) observe(first *FirstChunk, haveFirst *bool, chunks *[]Chunk) {
 
 // clientDeadline keeps a write deadline on the client's connection about
 // bound ahead: a client that takes no bytes for that long fails the write.
-// It moves the deadline only when an eighth of the bound has passed, so a
-// busy stream does not pay for it per event.
+// extend moves the deadline only when an eighth of the bound has passed,
+// so a busy stream does not pay for it per event; refresh moves it at once
+// (before a write that follows a wait on the engine). net/http clears the
+// deadline once the response is finished, so none carries over to the
+// next request on the connection.
 type clientDeadline struct {
 	rc    *http.ResponseController
 	bound time.Duration
 	set   time.Time // when the deadline was last moved
 }
 
+func newClientDeadline(w http.ResponseWriter, bound time.Duration) clientDeadline {
+	return clientDeadline{rc: http.NewResponseController(w), bound: bound}
+}
+
 func (d *clientDeadline) extend(now time.Time) {
-	if d.bound <= 0 || now.Sub(d.set) < d.bound/8 {
-		return
+	if d.bound > 0 && now.Sub(d.set) >= d.bound/8 {
+		d.refresh(now)
 	}
-	d.set = now
-	_ = d.rc.SetWriteDeadline(now.Add(d.bound)) // unsupported by a test recorder: no bound
+}
+
+func (d *clientDeadline) refresh(now time.Time) {
+	if d.bound > 0 {
+		d.set = now
+		_ = d.rc.SetWriteDeadline(now.Add(d.bound)) // unsupported by a test recorder: no bound
+	}
 }
 
 // clientReason names why a client counted as gone: it took no bytes within
@@ -216,8 +230,9 @@ func clientReason(writeErr error) string {
 // client with an SSE error event (the only channel left).
 func (p *Proxy) streamError(x *exchange, o slo.Outcome, reason, errType, msg string) {
 	x.fail(o, reason, 0)
+	x.deadline.refresh(time.Now()) // it follows a wait on the engine
 	if _, err := x.w.Write(wire.ErrorEvent(errType, reason, msg)); err == nil {
-		_ = http.NewResponseController(x.w).Flush()
+		_ = x.deadline.rc.Flush()
 	}
 }
 
@@ -241,8 +256,7 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 		}
 		return
 	}
-	dl := clientDeadline{rc: http.NewResponseController(x.w), bound: p.cfg.ClientWriteTimeout}
-	dl.extend(time.Now())
+	x.deadline.refresh(time.Now())
 	s := resp.StatusCode
 	if len(body) <= maxWholeBody && !json.Valid(body) {
 		rec.E2E = time.Since(rec.Arrival)
@@ -255,7 +269,11 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 			x.errorResponse(slo.InvalidRequest, reasonEngineStatus, s, wire.TypeInvalidRequest, engineText(s, body))
 		default:
 			copyRetryAfter(x.w.Header(), resp.Header)
-			x.errorResponse(slo.EngineError, reasonEngineStatus, max(s, http.StatusBadGateway), wire.TypeServer, engineText(s, body))
+			status := s
+			if s < 400 {
+				status = http.StatusBadGateway // 1xx and 3xx have no place here
+			}
+			x.errorResponse(slo.EngineError, reasonEngineStatus, status, wire.TypeServer, engineText(s, body))
 		}
 		return
 	}

@@ -1,0 +1,34 @@
+// Package testengine runs test inference engines on the engines' own HTTP
+// stacks as real processes, so that tests see the connection, timeout and
+// fault behaviour of the servers a gateway really fronts.
+//
+// # Parts
+//
+//   - engines/uvicorn_engine.py: a FastAPI app served by uvicorn as vLLM serves it
+//     (timeout_keep_alive=5), streaming vLLM-shaped chunks. Run by Debian's
+//     /usr/bin/python3 (python3-fastapi, python3-uvicorn).
+//   - engines/httplib_engine.cpp: a cpp-httplib server with the library's defaults
+//     (libcpp-httplib-dev), streaming llama.cpp-shaped chunks and, like
+//     llama.cpp, closing the connection after every streamed response.
+//   - testengine.go: [Start] builds (g++, once per source and cached on disk)
+//     and starts an engine; [Engine] kills, restarts and inspects it.
+//     [Launch], [Engine.Close], [Engine.RestartErr] and [Engine.StatsErr] do
+//     the same outside a test (tools/soak), on the same code. The
+//     sources are embedded; they sit in engines/ because the go command
+//     refuses C++ files in the directory of a package without cgo.
+//
+// Both engines serve POST /v1/chat/completions and /v1/completions, GET
+// /health, /v1/models and /test/stats, and take one request's behaviour from
+// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens] and
+// [HeaderFault] with a Fault* mode.
+//
+// # Ownership
+//
+// An [Engine] owns its processes: exactly one goroutine per process calls
+// cmd.Wait and one reads its stdout, and both end when the process does.
+// The test that called Start owns the Engine; its Cleanup kills the process
+// and waits for both goroutines. A program that called Launch owns it the
+// same way and calls Close. The engine's counters (/test/stats) belong
+// to the engine process and start from zero after a Restart. Engine methods
+// are safe for concurrent use.
+package testengine

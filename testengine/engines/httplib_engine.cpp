@@ -1,0 +1,616 @@
+// httplib_engine.cpp: a llama.cpp-shaped test engine on cpp-httplib, with the
+// library's defaults (Debian's libcpp-httplib-dev 0.11.4: keep-alive timeout
+// 5 s, keep-alive max count 5, read and write timeouts 5 s), as llama.cpp's
+// server uses it. Built and started by the Go package testengine
+// (testengine.go). Usage:
+//
+//     httplib_engine --port N     (0 = any free port)
+//
+// Prints exactly one line "READY <port>" on stdout once it is listening.
+// Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
+//
+// Streams end as llama.cpp's do: the chunked content provider writes every
+// event, calls sink.done() and returns false, which makes cpp-httplib close
+// the connection although the response head announced keep-alive.
+
+#include <httplib.h>
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr int kHangMaxMs = 120 * 1000;
+constexpr int kPollMs = 50;
+
+// Generation requests received, and those whose response is still running.
+std::atomic<long> g_requests{0};
+std::atomic<long> g_active{0};
+std::atomic<long> g_seq{0};
+
+struct ActiveGuard {
+  ActiveGuard() { g_active++; }
+  ~ActiveGuard() { g_active--; }
+  ActiveGuard(const ActiveGuard &) = delete;
+  ActiveGuard &operator=(const ActiveGuard &) = delete;
+};
+
+// ---- A minimal JSON reader: enough to validate a request and read a few
+// fields. No extra libraries: only what libcpp-httplib-dev and the C++
+// standard library give.
+
+struct JVal {
+  enum Type { Null, Bool, Num, Str, Arr, Obj } type = Null;
+  bool b = false;
+  double n = 0;
+  std::string s;
+  std::vector<JVal> items;       // Arr values, Obj values
+  std::vector<std::string> keys; // Obj keys, parallel to items
+
+  const JVal *get(const std::string &key) const {
+    if (type != Obj) return nullptr;
+    for (size_t i = 0; i < keys.size(); i++) {
+      if (keys[i] == key) return &items[i];
+    }
+    return nullptr;
+  }
+};
+
+struct Parser {
+  const char *p;
+  const char *e;
+  int depth = 0;
+
+  void ws() {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+  }
+  bool lit(const char *s) {
+    size_t n = std::strlen(s);
+    if (static_cast<size_t>(e - p) < n || std::memcmp(p, s, n) != 0) return false;
+    p += n;
+    return true;
+  }
+  static void utf8(std::string &out, unsigned cp) {
+    if (cp < 0x80) {
+      out += static_cast<char>(cp);
+    } else if (cp < 0x800) {
+      out += static_cast<char>(0xC0 | (cp >> 6));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += static_cast<char>(0xE0 | (cp >> 12));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (cp >> 18));
+      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (cp & 0x3F));
+    }
+  }
+  bool hex4(unsigned &cp) {
+    if (e - p < 4) return false;
+    cp = 0;
+    for (int i = 0; i < 4; i++) {
+      char c = *p++;
+      cp <<= 4;
+      if (c >= '0' && c <= '9') cp |= static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f') cp |= static_cast<unsigned>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') cp |= static_cast<unsigned>(c - 'A' + 10);
+      else return false;
+    }
+    return true;
+  }
+  bool str(std::string &out) {
+    p++; // opening quote
+    while (p < e) {
+      char c = *p++;
+      if (c == '"') return true;
+      if (static_cast<unsigned char>(c) < 0x20) return false;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (p >= e) return false;
+      switch (char x = *p++) {
+      case '"': case '\\': case '/': out += x; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'n': out += '\n'; break;
+      case 'r': out += '\r'; break;
+      case 't': out += '\t'; break;
+      case 'u': {
+        unsigned cp;
+        if (!hex4(cp)) return false;
+        if (cp >= 0xD800 && cp < 0xDC00 && e - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+          const char *save = p;
+          p += 2;
+          unsigned lo;
+          if (hex4(lo) && lo >= 0xDC00 && lo < 0xE000) {
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else {
+            p = save;
+          }
+        }
+        utf8(out, cp);
+        break;
+      }
+      default: return false;
+      }
+    }
+    return false;
+  }
+  bool digits() {
+    const char *s = p;
+    while (p < e && *p >= '0' && *p <= '9') p++;
+    return p > s;
+  }
+  bool num(JVal &v) {
+    const char *s = p;
+    if (p < e && *p == '-') p++;
+    if (p < e && *p == '0') {
+      p++;
+    } else if (!digits()) {
+      return false;
+    }
+    if (p < e && *p == '.') {
+      p++;
+      if (!digits()) return false;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+      p++;
+      if (p < e && (*p == '+' || *p == '-')) p++;
+      if (!digits()) return false;
+    }
+    v.type = JVal::Num;
+    v.n = std::strtod(std::string(s, p).c_str(), nullptr);
+    return true;
+  }
+  bool value(JVal &v) {
+    if (++depth > 128) return false;
+    bool ok = value1(v);
+    depth--;
+    return ok;
+  }
+  bool value1(JVal &v) {
+    ws();
+    if (p >= e) return false;
+    switch (*p) {
+    case '{': {
+      p++;
+      v.type = JVal::Obj;
+      ws();
+      if (p < e && *p == '}') {
+        p++;
+        return true;
+      }
+      for (;;) {
+        ws();
+        if (p >= e || *p != '"') return false;
+        std::string key;
+        if (!str(key)) return false;
+        ws();
+        if (p >= e || *p++ != ':') return false;
+        JVal item;
+        if (!value(item)) return false;
+        v.keys.push_back(std::move(key));
+        v.items.push_back(std::move(item));
+        ws();
+        if (p >= e) return false;
+        char c = *p++;
+        if (c == '}') return true;
+        if (c != ',') return false;
+      }
+    }
+    case '[': {
+      p++;
+      v.type = JVal::Arr;
+      ws();
+      if (p < e && *p == ']') {
+        p++;
+        return true;
+      }
+      for (;;) {
+        JVal item;
+        if (!value(item)) return false;
+        v.items.push_back(std::move(item));
+        ws();
+        if (p >= e) return false;
+        char c = *p++;
+        if (c == ']') return true;
+        if (c != ',') return false;
+      }
+    }
+    case '"':
+      v.type = JVal::Str;
+      return str(v.s);
+    case 't':
+      v.type = JVal::Bool;
+      v.b = true;
+      return lit("true");
+    case 'f':
+      v.type = JVal::Bool;
+      return lit("false");
+    case 'n':
+      return lit("null");
+    default:
+      return num(v);
+    }
+  }
+};
+
+bool parse_json(const std::string &text, JVal &out, std::string &err) {
+  Parser ps{text.data(), text.data() + text.size()};
+  if (!ps.value(out)) {
+    err = "invalid JSON at offset " + std::to_string(ps.p - text.data());
+    return false;
+  }
+  ps.ws();
+  if (ps.p != ps.e) {
+    err = "invalid JSON: trailing data at offset " + std::to_string(ps.p - text.data());
+    return false;
+  }
+  return true;
+}
+
+std::string quote(const std::string &s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+    case '"': out += "\\\""; break;
+    case '\\': out += "\\\\"; break;
+    case '\n': out += "\\n"; break;
+    case '\r': out += "\\r"; break;
+    case '\t': out += "\\t"; break;
+    default:
+      if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += static_cast<char>(c);
+      }
+    }
+  }
+  return out + "\"";
+}
+
+int count_words(const JVal *v) {
+  if (v == nullptr) return 0;
+  switch (v->type) {
+  case JVal::Str: {
+    int n = 0;
+    bool in = false;
+    for (char c : v->s) {
+      bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+      if (!space && !in) n++;
+      in = !space;
+    }
+    return n;
+  }
+  case JVal::Arr: {
+    int n = 0;
+    for (const auto &item : v->items) {
+      if (item.type == JVal::Num) n++; // a prompt of token ids
+      else if (item.type == JVal::Obj) n += count_words(item.get("text"));
+      else n += count_words(&item);
+    }
+    return n;
+  }
+  default:
+    return 0;
+  }
+}
+
+// ---- Faults and timing.
+
+void self_kill() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  kill(getpid(), SIGKILL);
+  for (;;) pause();
+}
+
+void sleep_ms(int ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+}
+
+int header_int(const httplib::Request &req, const char *name, int def) {
+  if (!req.has_header(name)) return def;
+  std::string v = req.get_header_value(name);
+  char *end = nullptr;
+  long n = std::strtol(v.c_str(), &end, 10);
+  if (v.empty() || end == nullptr || *end != '\0') return def;
+  return static_cast<int>(n);
+}
+
+// conn_fd finds the socket of req's connection among this process's file
+// descriptors (cpp-httplib 0.11 does not hand it to handlers), so that a hang
+// can end when the client goes away: DataSink::is_writable only asks select()
+// whether a write would block, which stays true on a connection the peer
+// closed. -1 if not found.
+int conn_fd(const httplib::Request &req) {
+  DIR *d = opendir("/proc/self/fd");
+  if (d == nullptr) return -1;
+  int found = -1;
+  while (struct dirent *ent = readdir(d)) {
+    char *end = nullptr;
+    long fd = std::strtol(ent->d_name, &end, 10);
+    if (end == ent->d_name || *end != '\0' || fd == dirfd(d)) continue;
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    if (getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr *>(&a), &len) != 0 || a.ss_family != AF_INET) continue;
+    if (ntohs(reinterpret_cast<sockaddr_in *>(&a)->sin_port) != req.remote_port) continue;
+    len = sizeof a;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr *>(&a), &len) != 0 || a.ss_family != AF_INET) continue;
+    if (ntohs(reinterpret_cast<sockaddr_in *>(&a)->sin_port) != req.local_port) continue;
+    found = static_cast<int>(fd);
+    break;
+  }
+  closedir(d);
+  return found;
+}
+
+// peer_gone reports whether the client closed the connection (or it broke).
+bool peer_gone(int fd) {
+  if (fd < 0) return false;
+  char c;
+  ssize_t r = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0) return true;
+  return r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+}
+
+// hang waits in silence until the client is gone, at most kHangMaxMs.
+void hang(int fd, const std::function<bool()> &writable) {
+  for (int waited = 0; waited < kHangMaxMs; waited += kPollMs) {
+    if (peer_gone(fd) || (writable && !writable())) return;
+    sleep_ms(kPollMs);
+  }
+}
+
+std::string error_json(int code, const std::string &message, const std::string &type) {
+  // llama.cpp's error shape.
+  return "{\"error\":{\"code\":" + std::to_string(code) + ",\"message\":" + quote(message) +
+         ",\"type\":" + quote(type) + "}}";
+}
+
+struct Gen {
+  bool chat = true;
+  std::string id, model;
+  long created = 0;
+  int prompt_tokens = 0, n = 16;
+
+  std::string usage() const {
+    return "{\"completion_tokens\":" + std::to_string(n) + ",\"prompt_tokens\":" + std::to_string(prompt_tokens) +
+           ",\"total_tokens\":" + std::to_string(prompt_tokens + n) + "}";
+  }
+  std::string timings() const {
+    return "{\"prompt_n\":" + std::to_string(prompt_tokens) + ",\"prompt_ms\":1.0,\"predicted_n\":" + std::to_string(n) +
+           ",\"predicted_ms\":1.0}";
+  }
+  std::string tail() const {
+    return ",\"created\":" + std::to_string(created) + ",\"model\":" + quote(model) +
+           ",\"system_fingerprint\":\"b0-testengine\",\"object\":" +
+           (chat ? "\"chat.completion.chunk\"" : "\"text_completion\"") + ",\"id\":" + quote(id);
+  }
+  // A content chunk, llama.cpp-shaped.
+  std::string content(const std::string &text) const {
+    std::string choice = chat ? "{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":" + quote(text) + "}}"
+                              : "{\"text\":" + quote(text) + ",\"index\":0,\"logprobs\":null,\"finish_reason\":null}";
+    return "data: {\"choices\":[" + choice + "]" + tail() + "}\n\n";
+  }
+  // The last chunk: finish_reason, an empty delta, usage and timings.
+  std::string last() const {
+    std::string choice = chat ? "{\"finish_reason\":\"length\",\"index\":0,\"delta\":{}}"
+                              : "{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}";
+    return "data: {\"choices\":[" + choice + "]" + tail() + ",\"usage\":" + usage() + ",\"timings\":" + timings() +
+           "}\n\n";
+  }
+  std::string whole() const {
+    std::string text;
+    for (int i = 0; i < n; i++) text += "tok ";
+    std::string choice = chat ? "{\"finish_reason\":\"length\",\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" +
+                                    quote(text) + "}}"
+                              : "{\"text\":" + quote(text) + ",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}";
+    return "{\"choices\":[" + choice + "],\"created\":" + std::to_string(created) + ",\"model\":" + quote(model) +
+           ",\"system_fingerprint\":\"b0-testengine\",\"object\":" +
+           (chat ? "\"chat.completion\"" : "\"text_completion\"") + ",\"usage\":" + usage() + ",\"id\":" + quote(id) +
+           ",\"timings\":" + timings() + "}";
+  }
+};
+
+void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
+  g_requests++;
+  auto active = std::make_shared<ActiveGuard>();
+  const std::string fault = req.get_header_value("X-Test-Fault");
+  const int first_delay = std::max(header_int(req, "X-Test-First-Delay-Ms", 0), 0);
+  const int gap = std::max(header_int(req, "X-Test-Gap-Ms", 0), 0);
+
+  if (fault == "kill-before-headers") self_kill();
+  if (fault == "hang-before-headers") {
+    hang(conn_fd(req), nullptr);
+    res.status = 204;
+    return;
+  }
+  if (fault == "status-500") {
+    res.status = 500;
+    res.set_content(error_json(500, "test engine: injected failure", "server_error"), "application/json; charset=utf-8");
+    return;
+  }
+  if (fault == "status-400") {
+    res.status = 400;
+    res.set_content(error_json(400, "test engine: injected bad request", "invalid_request_error"),
+                    "application/json; charset=utf-8");
+    return;
+  }
+  if (fault == "status-503") {
+    res.status = 503;
+    res.set_content(error_json(503, "Loading model", "unavailable_error"), "application/json; charset=utf-8");
+    return;
+  }
+  if (fault == "non-json-500") {
+    res.status = 500;
+    res.set_content("Internal Server Error", "text/plain");
+    return;
+  }
+  if (fault == "non-json-200") {
+    res.status = 200;
+    res.set_content("hello", "text/plain");
+    return;
+  }
+
+  JVal body;
+  std::string err;
+  if (!parse_json(req.body, body, err) || body.type != JVal::Obj) {
+    if (err.empty()) err = "request body must be a JSON object";
+    res.status = 400;
+    res.set_content(error_json(400, err, "invalid_request_error"), "application/json; charset=utf-8");
+    return;
+  }
+
+  Gen g;
+  g.chat = chat;
+  const JVal *model = body.get("model");
+  g.model = model != nullptr && model->type == JVal::Str && !model->s.empty() ? model->s : "test";
+  const JVal *stream = body.get("stream");
+  const bool streamed = stream != nullptr && stream->type == JVal::Bool && stream->b;
+  const JVal *max_tokens = body.get("max_tokens");
+  if (max_tokens == nullptr || max_tokens->type != JVal::Num) max_tokens = body.get("n_predict");
+  if (max_tokens != nullptr && max_tokens->type == JVal::Num) g.n = static_cast<int>(max_tokens->n);
+  g.n = std::max(header_int(req, "X-Test-Tokens", g.n), 0);
+  if (chat) {
+    const JVal *msgs = body.get("messages");
+    if (msgs != nullptr && msgs->type == JVal::Arr) {
+      for (const auto &m : msgs->items) g.prompt_tokens += count_words(m.get("content"));
+    }
+  } else {
+    g.prompt_tokens = count_words(body.get("prompt"));
+  }
+  g.created = static_cast<long>(std::time(nullptr));
+  g.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++g_seq);
+
+  if (!streamed) {
+    std::string whole = g.whole();
+    if (fault == "hang-after-headers" || fault == "kill-after-headers") {
+      // The head goes out (with the body's Content-Length) before the
+      // provider is first called; the body never follows.
+      const bool kill_it = fault == "kill-after-headers";
+      const int fd = conn_fd(req);
+      res.set_content_provider(whole.size(), "application/json; charset=utf-8",
+                               [kill_it, fd, active](size_t, size_t, httplib::DataSink &sink) {
+                                 if (kill_it) self_kill();
+                                 hang(fd, sink.is_writable);
+                                 return false;
+                               });
+      return;
+    }
+    sleep_ms(first_delay + std::max(g.n - 1, 0) * gap);
+    res.set_content(whole, "application/json; charset=utf-8");
+    return;
+  }
+
+  const int fd = conn_fd(req);
+  res.set_chunked_content_provider(
+      "text/event-stream", [g, fault, first_delay, gap, fd, active](size_t, httplib::DataSink &sink) {
+        auto write = [&sink](const std::string &s) { return sink.write(s.data(), s.size()); };
+        // cpp-httplib has written the head before it calls the provider.
+        if (fault == "kill-after-headers") self_kill();
+        if (fault == "hang-after-headers") {
+          hang(fd, sink.is_writable);
+          return false;
+        }
+        sleep_ms(first_delay);
+        if (fault == "broken-sse") {
+          if (write(g.content("tok ")) && write("data: {not json\n\n")) sink.done();
+          return false;
+        }
+        if (fault == "huge-line") {
+          if (write(g.content("tok ")) && write("data: " + std::string(4 << 20, 'x') + "\n\n") &&
+              write("data: [DONE]\n\n")) {
+            sink.done();
+          }
+          return false;
+        }
+        const bool cut = fault == "kill-mid-stream" || fault == "hang-mid-stream" || fault == "truncated";
+        const int chunks = cut ? 3 : g.n;
+        for (int i = 0; i < chunks; i++) {
+          if (i > 0) sleep_ms(gap);
+          if (!write(g.content("tok "))) return false;
+        }
+        if (fault == "kill-mid-stream") self_kill();
+        if (fault == "hang-mid-stream") {
+          hang(fd, sink.is_writable);
+          return false;
+        }
+        if (fault != "truncated" && !(write(g.last()) && write("data: [DONE]\n\n"))) return false;
+        // As llama.cpp's server: done, then false, so cpp-httplib closes the
+        // connection after the terminating chunk.
+        sink.done();
+        return false;
+      });
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::signal(SIGPIPE, SIG_IGN);
+  int port = 0;
+  for (int i = 1; i < argc; i++) {
+    if (std::strcmp(argv[i], "--port") == 0 && i + 1 < argc) {
+      port = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--port N]\n", argv[0]);
+      return 2;
+    }
+  }
+
+  httplib::Server svr;
+  svr.new_task_queue = [] { return new httplib::ThreadPool(128); };
+
+  svr.Post("/v1/chat/completions",
+           [](const httplib::Request &req, httplib::Response &res) { generate(req, res, true); });
+  svr.Post("/v1/completions", [](const httplib::Request &req, httplib::Response &res) { generate(req, res, false); });
+  svr.Get("/health", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content("{\"status\":\"ok\"}", "application/json; charset=utf-8");
+  });
+  svr.Get("/v1/models", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content("{\"object\":\"list\",\"data\":[{\"id\":\"test\",\"object\":\"model\",\"owned_by\":\"llamacpp\"}]}",
+                    "application/json; charset=utf-8");
+  });
+  svr.Get("/test/stats", [](const httplib::Request &, httplib::Response &res) {
+    res.set_content("{\"requests\":" + std::to_string(g_requests.load()) + ",\"active\":" +
+                        std::to_string(g_active.load()) + "}",
+                    "application/json");
+  });
+
+  int bound = port;
+  if (port == 0) {
+    bound = svr.bind_to_any_port("127.0.0.1");
+    if (bound <= 0) {
+      std::fprintf(stderr, "bind 127.0.0.1:0 failed: %s\n", std::strerror(errno));
+      return 3;
+    }
+  } else if (!svr.bind_to_port("127.0.0.1", port)) {
+    std::fprintf(stderr, "bind 127.0.0.1:%d failed: %s\n", port, std::strerror(errno));
+    return 3;
+  }
+  std::printf("READY %d\n", bound);
+  std::fflush(stdout);
+  return svr.listen_after_bind() ? 0 : 1;
+}

@@ -1,0 +1,301 @@
+#!/usr/bin/python3
+"""A vLLM-shaped test engine: a FastAPI app served by uvicorn as vLLM serves it.
+
+Started by the Go package testengine (testengine.go); run with Debian's
+/usr/bin/python3 (python3-fastapi, python3-uvicorn). Usage:
+
+    uvicorn_engine.py --port N     (0 = any free port)
+
+Prints exactly one line "READY <port>" on stdout once it is listening.
+Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+
+HANG_MAX_S = 120.0
+POLL_S = 0.05
+GEN_PATHS = ("/v1/chat/completions", "/v1/completions")
+
+# Generation requests received, and those whose response is still running.
+# Only touched from the event loop thread.
+STATS = {"requests": 0, "active": 0}
+SEQ = {"n": 0}
+
+app = FastAPI()
+
+
+class CountGeneration:
+    """ASGI middleware counting generation requests until the app returns,
+    i.e. until the response is complete or the client went away."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GEN_PATHS:
+            await self.inner(scope, receive, send)
+            return
+        STATS["requests"] += 1
+        STATS["active"] += 1
+        try:
+            await self.inner(scope, receive, send)
+        finally:
+            STATS["active"] -= 1
+
+
+def dumps(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def sse(obj):
+    return "data: " + dumps(obj) + "\n\n"
+
+
+def error_body(status, message, etype="invalid_request_error"):
+    # vLLM's ErrorResponse: an OpenAI error object, with vLLM's "object".
+    return {"object": "error", "error": {"message": message, "type": etype, "param": None, "code": status}}
+
+
+def header_int(request, name, default):
+    try:
+        return int(request.headers.get(name, ""))
+    except ValueError:
+        return default
+
+
+def self_kill():
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def hang(request):
+    """Waits until the client is gone, at most HANG_MAX_S."""
+    deadline = time.monotonic() + HANG_MAX_S
+    while time.monotonic() < deadline:
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(POLL_S)
+
+
+def count_words(value):
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        n = 0
+        for v in value:
+            if isinstance(v, int) and not isinstance(v, bool):
+                n += 1  # a prompt of token ids
+            elif isinstance(v, dict):
+                n += count_words(v.get("text"))
+            else:
+                n += count_words(v)
+        return n
+    return 0
+
+
+class HeadersOnly(Response):
+    """Sends the response head (with a Content-Length) and then nothing:
+    raw ASGI, so the body never follows. Then hangs, or kills the process."""
+
+    def __init__(self, request, length, kill):
+        super().__init__()
+        self.request, self.length, self.kill = request, length, kill
+
+    async def __call__(self, scope, receive, send):
+        await send({
+            "type": "http.response.start",
+            "status": 200,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(self.length).encode())],
+        })
+        if self.kill:
+            await asyncio.sleep(0.02)  # let the loop write the head out
+            self_kill()
+        await hang(self.request)
+
+
+async def generate(request: Request, chat: bool):
+    fault = request.headers.get("x-test-fault", "")
+    first_delay = max(header_int(request, "x-test-first-delay-ms", 0), 0) / 1000.0
+    gap = max(header_int(request, "x-test-gap-ms", 0), 0) / 1000.0
+
+    raw = await request.body()
+    if fault == "kill-before-headers":
+        self_kill()
+    if fault == "hang-before-headers":
+        await hang(request)
+        return Response(status_code=204)
+    if fault == "status-500":
+        return JSONResponse(error_body(500, "test engine: injected failure", "InternalServerError"), status_code=500)
+    if fault == "status-400":
+        return JSONResponse(error_body(400, "test engine: injected bad request"), status_code=400)
+    if fault == "status-503":
+        return JSONResponse(error_body(503, "test engine: injected overload", "ServiceUnavailableError"), status_code=503)
+    if fault == "non-json-500":
+        return PlainTextResponse("Internal Server Error", status_code=500)
+    if fault == "non-json-200":
+        return PlainTextResponse("hello", status_code=200)
+
+    try:
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise ValueError("request body must be a JSON object")
+    except ValueError as e:
+        return JSONResponse(error_body(400, "invalid JSON: %s" % e), status_code=400)
+
+    model = body.get("model") or "test"
+    if not isinstance(model, str):
+        model = str(model)
+    stream = body.get("stream") is True
+    opts = body.get("stream_options")
+    include_usage = isinstance(opts, dict) and opts.get("include_usage") is True
+    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+    n = 16
+    if isinstance(max_tokens, (int, float)) and not isinstance(max_tokens, bool):
+        n = max(int(max_tokens), 0)
+    n = header_int(request, "x-test-tokens", n)
+    n = max(n, 0)
+    if chat:
+        msgs = body.get("messages")
+        prompt_tokens = sum(count_words(m.get("content")) for m in msgs if isinstance(m, dict)) if isinstance(msgs, list) else 0
+    else:
+        prompt_tokens = count_words(body.get("prompt"))
+    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+
+    SEQ["n"] += 1
+    created = int(time.time())
+    rid = ("chatcmpl-%d" if chat else "cmpl-%d") % SEQ["n"]
+    obj = "chat.completion.chunk" if chat else "text_completion"
+
+    def chunk(content=None, role=None, finish=None):
+        if chat:
+            delta = {}
+            if role is not None:
+                delta["role"] = role
+            if content is not None:
+                delta["content"] = content
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
+        return sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
+
+    if not stream:
+        text = "tok " * n
+        if chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": "length"}
+            kind = "chat.completion"
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+            kind = "text_completion"
+        result = {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice], "usage": usage}
+        if fault in ("hang-after-headers", "kill-after-headers"):
+            return HeadersOnly(request, len(dumps(result).encode()), fault == "kill-after-headers")
+        await asyncio.sleep(first_delay + max(n - 1, 0) * gap)
+        return JSONResponse(result)
+
+    async def events():
+        # StreamingResponse has sent the head before it first asks for an
+        # event. Like vLLM, the role chunk goes out with the first output.
+        if fault in ("kill-after-headers", "hang-after-headers"):
+            if chat:
+                yield chunk(content="", role="assistant")
+            else:
+                await asyncio.sleep(0.02)  # the head is out already
+            if fault == "kill-after-headers":
+                self_kill()
+            await hang(request)
+            return
+        await asyncio.sleep(first_delay)
+        if chat:
+            yield chunk(content="", role="assistant")
+        if fault == "broken-sse":
+            yield chunk(content="tok ")
+            yield "data: {not json\n\n"
+            return
+        if fault == "huge-line":
+            yield chunk(content="tok ")
+            yield b"data: " + b"x" * (4 << 20) + b"\n\n"
+            yield "data: [DONE]\n\n"
+            return
+        limit = 3 if fault in ("kill-mid-stream", "hang-mid-stream", "truncated") else None
+        for i in range(n if limit is None else limit):
+            if i > 0 and gap > 0:
+                await asyncio.sleep(gap)
+            yield chunk(content="tok ")
+        if fault == "kill-mid-stream":
+            self_kill()
+        if fault == "hang-mid-stream":
+            await hang(request)
+            return
+        if fault == "truncated":
+            return
+        yield chunk(content="" if chat else None, finish="length")
+        if include_usage:
+            yield sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage})
+        yield "data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
+
+
+@app.post("/v1/chat/completions")
+async def chat_completions(request: Request):
+    return await generate(request, True)
+
+
+@app.post("/v1/completions")
+async def completions(request: Request):
+    return await generate(request, False)
+
+
+@app.get("/health")
+async def health():
+    return Response(status_code=200)
+
+
+@app.get("/v1/models")
+async def models():
+    return JSONResponse({"object": "list", "data": [{"id": "test", "object": "model", "root": "test"}]})
+
+
+@app.get("/test/stats")
+async def stats():
+    return JSONResponse(dict(STATS))
+
+
+class Server(uvicorn.Server):
+    async def startup(self, sockets=None):
+        await super().startup(sockets=sockets)
+        if not self.should_exit:
+            port = sockets[0].getsockname()[1]
+            sys.stdout.write("READY %d\n" % port)
+            sys.stdout.flush()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, default=0)
+    args = p.parse_args()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", args.port))
+    except OSError as e:
+        print("bind 127.0.0.1:%d: %s" % (args.port, e), file=sys.stderr)
+        sys.exit(3)
+    config = uvicorn.Config(CountGeneration(app), host="127.0.0.1", port=args.port, timeout_keep_alive=5, log_level="warning")
+    Server(config).run(sockets=[sock])
+
+
+if __name__ == "__main__":
+    main()

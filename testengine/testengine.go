@@ -1,0 +1,540 @@
+package testengine
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	_ "embed" // engine sources
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Kind is an engine's HTTP stack.
+type Kind string
+
+// Kinds of engine.
+const (
+	// Uvicorn is a FastAPI app on uvicorn streaming vLLM-shaped chunks.
+	Uvicorn Kind = "uvicorn"
+	// HTTPLib is a cpp-httplib server streaming llama.cpp-shaped chunks.
+	HTTPLib Kind = "httplib"
+)
+
+// Kinds lists every Kind, for table tests.
+var Kinds = []Kind{Uvicorn, HTTPLib}
+
+// Request headers that set one request's behaviour.
+const (
+	// HeaderFault selects a fault mode (the Fault* constants).
+	HeaderFault = "X-Test-Fault"
+	// HeaderFirstDelay is the delay in milliseconds before the first output.
+	HeaderFirstDelay = "X-Test-First-Delay-Ms"
+	// HeaderGap is the delay in milliseconds between output chunks.
+	HeaderGap = "X-Test-Gap-Ms"
+	// HeaderTokens overrides the request's max_tokens: the number of output
+	// tokens, one per content chunk.
+	HeaderTokens = "X-Test-Tokens"
+)
+
+// Fault modes, the values of HeaderFault. "Hang" means silence until the
+// client goes away, at most 120 s; "kill" means the engine SIGKILLs itself,
+// after which [Engine.Exited] is true and [Engine.Restart] brings it back.
+const (
+	// FaultKillBeforeHeaders: killed after reading the request, before any
+	// byte of the response.
+	FaultKillBeforeHeaders = "kill-before-headers"
+	// FaultKillAfterHeaders: killed after the response head (200; for a
+	// streamed chat request on uvicorn also the role chunk; for a non-streamed
+	// request with the Content-Length of a body that never comes).
+	FaultKillAfterHeaders = "kill-after-headers"
+	// FaultKillMidStream: killed after 3 content chunks.
+	FaultKillMidStream = "kill-mid-stream"
+	// FaultHangBeforeHeaders: no response at all.
+	FaultHangBeforeHeaders = "hang-before-headers"
+	// FaultHangAfterHeaders: the response head (non-streamed: with the
+	// Content-Length of a body that never comes; streamed: plus the role
+	// chunk on uvicorn chat), then silence.
+	FaultHangAfterHeaders = "hang-after-headers"
+	// FaultHangMidStream: 3 content chunks, then silence.
+	FaultHangMidStream = "hang-mid-stream"
+	// FaultStatus500, FaultStatus400, FaultStatus503: that status with an
+	// OpenAI-shaped JSON error body.
+	FaultStatus500 = "status-500"
+	FaultStatus400 = "status-400"
+	FaultStatus503 = "status-503"
+	// FaultNonJSON500: 500, text/plain "Internal Server Error".
+	FaultNonJSON500 = "non-json-500"
+	// FaultNonJSON200: 200, text/plain "hello", streamed or not.
+	FaultNonJSON200 = "non-json-200"
+	// FaultBrokenSSE: one content chunk, then "data: {not json", then the
+	// stream ends cleanly without finish_reason or [DONE].
+	FaultBrokenSSE = "broken-sse"
+	// FaultHugeLine: one content chunk, then one data line of 4 MiB of 'x',
+	// then [DONE].
+	FaultHugeLine = "huge-line"
+	// FaultTruncated: 3 content chunks, then the stream ends cleanly without
+	// finish_reason or [DONE].
+	FaultTruncated = "truncated"
+)
+
+// Faults lists every fault mode.
+var Faults = []string{
+	FaultKillBeforeHeaders, FaultKillAfterHeaders, FaultKillMidStream,
+	FaultHangBeforeHeaders, FaultHangAfterHeaders, FaultHangMidStream,
+	FaultStatus500, FaultStatus400, FaultStatus503, FaultNonJSON500, FaultNonJSON200,
+	FaultBrokenSSE, FaultHugeLine, FaultTruncated,
+}
+
+//go:embed engines/uvicorn_engine.py
+var uvicornSource []byte
+
+//go:embed engines/httplib_engine.cpp
+var httplibSource []byte
+
+// Python is the interpreter of the uvicorn engine: Debian's, which has
+// python3-fastapi and python3-uvicorn (not whatever python3 is on PATH).
+const Python = "/usr/bin/python3"
+
+const (
+	readyTimeout   = 20 * time.Second
+	restartTimeout = 5 * time.Second
+	stderrKeep     = 64 << 10
+)
+
+// Engine is one running test engine process, restartable on its port.
+type Engine struct {
+	kind   Kind
+	argv   []string
+	port   int
+	url    *url.URL
+	stderr *tailBuffer // every process's stderr, the last 64 KiB
+
+	restartMu sync.Mutex // serializes Restart and Close; guards closed
+	closed    bool       // Close was called: no more restarts
+	mu        sync.Mutex // guards proc
+	proc      *process
+}
+
+// process is one OS process of an Engine.
+type process struct {
+	cmd        *exec.Cmd
+	done       chan struct{} // closed when cmd.Wait returned
+	err        error         // cmd.Wait's error; read after done
+	stdoutDone chan struct{} // closed when the stdout reader ended
+}
+
+// Start builds the engine if needed and starts it on 127.0.0.1 with a free
+// port, waiting (at most 20 s) until it listens. The engine is killed when
+// the test ends. A missing stack (Debian packages python3-fastapi,
+// python3-uvicorn, libcpp-httplib-dev, g++) fails the test.
+func Start(t testing.TB, k Kind) *Engine {
+	t.Helper()
+	e, err := Launch(k)
+	if err != nil {
+		t.Fatalf("testengine: %v", err)
+	}
+	t.Cleanup(func() {
+		e.Kill()
+		if t.Failed() {
+			t.Logf("testengine: %s engine stderr:\n%s", k, e.stderr.String())
+		}
+	})
+	return e
+}
+
+// Launch is Start outside a test (for a program such as tools/soak): it
+// builds the engine if needed, starts it on 127.0.0.1 with a free port and
+// waits (at most 20 s) until it listens. The caller owns the engine and
+// must Close it. A missing stack is an error naming the packages.
+func Launch(k Kind) (*Engine, error) {
+	argv, err := command(k)
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{kind: k, argv: argv, stderr: &tailBuffer{max: stderrKeep}}
+	p, port, err := e.spawn(0)
+	if err != nil {
+		return nil, fmt.Errorf("starting %s engine: %v\nstderr:\n%s", k, err, e.stderr.String())
+	}
+	e.port, e.proc = port, p
+	e.url = &url.URL{Scheme: "http", Host: e.Addr()}
+	return e, nil
+}
+
+// Close kills the engine and waits until its process and goroutines are
+// gone; a later RestartErr fails. Closing twice does nothing more.
+func (e *Engine) Close() {
+	e.restartMu.Lock()
+	defer e.restartMu.Unlock()
+	e.closed = true
+	e.Kill()
+}
+
+// URL returns the engine's base URL, http://127.0.0.1:PORT. It stays the same
+// across Restart.
+func (e *Engine) URL() *url.URL {
+	u := *e.url
+	return &u
+}
+
+// Addr returns the engine's address, 127.0.0.1:PORT.
+func (e *Engine) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(e.port)) }
+
+// Kind returns the engine's kind.
+func (e *Engine) Kind() Kind { return e.kind }
+
+func (e *Engine) current() *process {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.proc
+}
+
+// Kill SIGKILLs the engine and waits until it is gone: its port then
+// refuses connections. Killing an engine that has exited does nothing.
+func (e *Engine) Kill() { e.current().kill() }
+
+// Wait waits until the engine process exits and returns cmd.Wait's error
+// (an engine that killed itself returns "signal: killed").
+func (e *Engine) Wait() error {
+	p := e.current()
+	<-p.done
+	<-p.stdoutDone
+	return p.err
+}
+
+// Exited reports whether the engine process has exited, e.g. after a kill
+// fault. Safe for concurrent use.
+func (e *Engine) Exited() bool {
+	select {
+	case <-e.current().done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Restart kills the engine if it is running and starts it again on the same
+// port, retrying for up to 5 s while the port cannot be bound, and waits
+// until it listens.
+func (e *Engine) Restart(t testing.TB) {
+	t.Helper()
+	if err := e.RestartErr(); err != nil {
+		t.Fatalf("testengine: %v", err)
+	}
+}
+
+// RestartErr is Restart outside a test: it returns what Restart would fail
+// the test with, and an error after Close.
+func (e *Engine) RestartErr() error {
+	e.restartMu.Lock()
+	defer e.restartMu.Unlock()
+	if e.closed {
+		return fmt.Errorf("restarting %s engine: closed", e.kind)
+	}
+	e.Kill()
+	deadline := time.Now().Add(restartTimeout)
+	for {
+		p, _, err := e.spawn(e.port)
+		if err == nil {
+			e.mu.Lock()
+			e.proc = p
+			e.mu.Unlock()
+			return nil
+		}
+		var exited *exitedEarly
+		if !errors.As(err, &exited) || time.Now().After(deadline) {
+			return fmt.Errorf("restarting %s engine on port %d: %v\nstderr:\n%s", e.kind, e.port, err, e.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Stats returns the number of generation requests the running engine process
+// received, and of those it is still serving.
+func (e *Engine) Stats(t testing.TB) (requests, active int) {
+	t.Helper()
+	requests, active, err := e.StatsErr()
+	if err != nil {
+		t.Fatalf("testengine: %v", err)
+	}
+	return requests, active
+}
+
+// StatsErr is Stats outside a test.
+func (e *Engine) StatsErr() (requests, active int, err error) {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get(e.url.String() + "/test/stats")
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s stats: %v", e.kind, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var s struct{ Requests, Active int }
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("%s stats: status %d, %v", e.kind, resp.StatusCode, err)
+	}
+	return s.Requests, s.Active, nil
+}
+
+// Stderr returns the last 64 KiB the engine's processes wrote to stderr.
+func (e *Engine) Stderr() string { return e.stderr.String() }
+
+// exitedEarly is spawn's error when the process exited before READY (a
+// failed bind, say): Restart tries again.
+type exitedEarly struct{ err error }
+
+func (x *exitedEarly) Error() string { return fmt.Sprintf("exited before READY: %v", x.err) }
+
+// spawn starts one process on port (0: any) and waits for its READY line.
+func (e *Engine) spawn(port int) (*process, int, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd := exec.Command(e.argv[0], append(e.argv[1:], "--port", strconv.Itoa(port))...)
+	cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	cmd.Stdout = w // an *os.File: no copying goroutine
+	cmd.Stderr = e.stderr
+	// Linux: the engine dies with the test binary even if Cleanup never runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = r.Close()
+		_ = w.Close()
+		return nil, 0, err
+	}
+	_ = w.Close()
+	p := &process{cmd: cmd, done: make(chan struct{}), stdoutDone: make(chan struct{})}
+	ready := make(chan int, 1)
+	go func() { // ends at EOF: when the process is gone
+		defer close(p.stdoutDone)
+		defer func() { _ = r.Close() }()
+		br := bufio.NewReader(r)
+		for {
+			line, err := br.ReadString('\n')
+			if n, ok := strings.CutPrefix(strings.TrimSpace(line), "READY "); ok {
+				if port, err := strconv.Atoi(n); err == nil && port > 0 {
+					select {
+					case ready <- port:
+					default:
+					}
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	go func() { // the only caller of cmd.Wait: reaps the process however it ends
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	timer := time.NewTimer(readyTimeout)
+	defer timer.Stop()
+	select {
+	case got := <-ready:
+		return p, got, nil
+	case <-p.done:
+		<-p.stdoutDone
+		return nil, 0, &exitedEarly{p.err}
+	case <-timer.C:
+		p.kill()
+		return nil, 0, fmt.Errorf("no READY line within %v", readyTimeout)
+	}
+}
+
+// kill SIGKILLs the process and waits until it is reaped and its output read.
+func (p *process) kill() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Kill() // fails harmlessly if it has just exited
+		<-p.done
+	}
+	<-p.stdoutDone
+}
+
+// tailBuffer keeps the last max bytes written to it. Safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// ---- Building: once per process, cached across processes.
+
+type artifact struct {
+	once sync.Once
+	argv []string
+	err  error
+}
+
+var artifacts = map[Kind]*artifact{Uvicorn: {}, HTTPLib: {}}
+
+// command returns the argv (without --port) that runs an engine of kind k,
+// building it first if needed.
+func command(k Kind) ([]string, error) {
+	a, ok := artifacts[k]
+	if !ok {
+		return nil, fmt.Errorf("unknown engine kind %q", k)
+	}
+	a.once.Do(func() {
+		switch k {
+		case Uvicorn:
+			a.argv, a.err = prepareUvicorn()
+		case HTTPLib:
+			a.argv, a.err = buildHTTPLib()
+		}
+	})
+	return a.argv, a.err
+}
+
+func prepareUvicorn() ([]string, error) {
+	if _, err := os.Stat(Python); err != nil {
+		return nil, fmt.Errorf("the uvicorn engine needs %s with the Debian packages python3-fastapi and python3-uvicorn (install them, e.g. with scripts/deps): %v", Python, err)
+	}
+	out, err := exec.Command(Python, "-c", "import fastapi, uvicorn").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("the uvicorn engine needs the Debian packages python3-fastapi and python3-uvicorn for %s (install them, e.g. with scripts/deps): %v\n%s", Python, err, out)
+	}
+	dir, err := cacheDir()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "uvicorn_engine-"+hash(uvicornSource)+".py")
+	if err := writeOnce(path, 0o644, func(tmp string) error { return os.WriteFile(tmp, uvicornSource, 0o644) }); err != nil {
+		return nil, err
+	}
+	return []string{Python, path}, nil
+}
+
+func buildHTTPLib() ([]string, error) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		return nil, fmt.Errorf("the httplib engine needs the Debian packages g++, libcpp-httplib-dev and pkg-config (install them, e.g. with scripts/deps): %v", err)
+	}
+	// The flags must match those Debian built libcpp-httplib with (they
+	// change the layout of its types): ask pkg-config, else assume Debian's.
+	flags := "-DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT -lcpp-httplib"
+	if out, err := exec.Command("pkg-config", "--cflags", "--libs", "cpp-httplib").Output(); err == nil {
+		flags = strings.TrimSpace(string(out))
+	} else if _, err := os.Stat("/usr/include/httplib.h"); err != nil {
+		return nil, fmt.Errorf("the httplib engine needs the Debian package libcpp-httplib-dev (install it, e.g. with scripts/deps): no cpp-httplib.pc and %v", err)
+	}
+	args := append([]string{"-std=c++17", "-O1", "-x", "c++", "-", "-x", "none"}, strings.Fields(flags)...)
+	args = append(args, "-lpthread")
+	dir, err := cacheDir()
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, "httplib_engine-"+hash(httplibSource, []byte(strings.Join(args, " "))))
+	err = writeOnce(path, 0o755, func(tmp string) error {
+		cmd := exec.Command("g++", append(args, "-o", tmp)...)
+		cmd.Stdin = bytes.NewReader(httplibSource)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("compiling the httplib engine failed (g++ %s): %v\n%s\nIt needs the Debian packages g++, libcpp-httplib-dev and pkg-config (install them, e.g. with scripts/deps)", strings.Join(args, " "), err, out)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return []string{path}, nil
+}
+
+func hash(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write(p)
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// cacheDir returns os.UserCacheDir()/kneecap-testengine, else a directory in
+// os.TempDir().
+func cacheDir() (string, error) {
+	if base, err := os.UserCacheDir(); err == nil {
+		dir := filepath.Join(base, "kneecap-testengine")
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			return dir, nil
+		}
+	}
+	dir := filepath.Join(os.TempDir(), fmt.Sprintf("kneecap-testengine-%d", os.Getuid()))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("testengine cache directory: %w", err)
+	}
+	return dir, nil
+}
+
+// writeOnce makes the file at path, unless it exists, by calling build on a
+// temporary name in the same directory and renaming it into place. A file
+// lock keeps concurrent test binaries from doing the work twice; the rename
+// keeps a reader from ever seeing a partial file.
+func writeOnce(path string, mode os.FileMode, build func(tmp string) error) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = lock.Close() }() // releases the lock
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the lock on %s: %w", path, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := os.Stat(path); err == nil {
+		return nil // made by another process meanwhile
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_ = f.Close()
+	defer func() { _ = os.Remove(tmp) }() // fails harmlessly after the rename
+	if err := build(tmp); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+var _ io.Writer = (*tailBuffer)(nil)
