@@ -71,6 +71,15 @@ type Config struct {
 	// gateway lets a connection go before the engine closes it. 0 means a
 	// new connection for every request.
 	UpstreamIdleTimeout time.Duration `env:"UPSTREAM_IDLE_TIMEOUT" envDefault:"4s"`
+	// ClientHeaderTimeout bounds reading a request's headers,
+	// ClientReadTimeout reading a whole request (headers and body), and
+	// ClientIdleTimeout how long a client's keep-alive connection may wait
+	// for its next request. They bound what a client that sends slowly, or
+	// promises bytes it never sends, can hold. Zero means no bound (as in
+	// net/http; a zero header timeout falls back to the read timeout).
+	ClientHeaderTimeout time.Duration `env:"CLIENT_HEADER_TIMEOUT" envDefault:"10s"`
+	ClientReadTimeout   time.Duration `env:"CLIENT_READ_TIMEOUT" envDefault:"60s"`
+	ClientIdleTimeout   time.Duration `env:"CLIENT_IDLE_TIMEOUT" envDefault:"120s"`
 	// MaxBodyBytes bounds a generation request body (413 beyond it).
 	MaxBodyBytes int64 `env:"MAX_BODY_BYTES" envDefault:"16777216"`
 	// DrainTimeout bounds how long running streams may finish after
@@ -231,6 +240,12 @@ func (c Config) Validate() error {
 		return bad("ClientWriteTimeout", "must not be negative")
 	case c.UpstreamIdleTimeout < 0:
 		return bad("UpstreamIdleTimeout", "must not be negative")
+	case c.ClientHeaderTimeout < 0:
+		return bad("ClientHeaderTimeout", "must not be negative")
+	case c.ClientReadTimeout < 0:
+		return bad("ClientReadTimeout", "must not be negative")
+	case c.ClientIdleTimeout < 0:
+		return bad("ClientIdleTimeout", "must not be negative")
 	case c.MaxBodyBytes <= 0:
 		return bad("MaxBodyBytes", "must be positive")
 	case c.DrainTimeout < 0:

@@ -15,8 +15,9 @@ func TestConfigDefaults(t *testing.T) {
 	want := Config{Listen: ":8080", AdminListen: ":9090", SLOTTFT: time.Second, SLOTPOT: 100 * time.Millisecond,
 		SLOWindow: time.Minute, MaxQueue: 1024, FirstTokenTimeout: time.Minute, MaxBodyBytes: 16 << 20,
 		ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute, ClientWriteTimeout: 30 * time.Second,
-		UpstreamIdleTimeout: 4 * time.Second,
-		DrainTimeout:        30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
+		UpstreamIdleTimeout: 4 * time.Second, ClientHeaderTimeout: 10 * time.Second, ClientReadTimeout: time.Minute,
+		ClientIdleTimeout: 2 * time.Minute,
+		DrainTimeout:      30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
 		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true}
 	want.Upstream = c.Upstream
 	if c != want || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {

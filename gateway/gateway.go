@@ -189,6 +189,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	return g, nil
 }
 
+// maxHeaderBytes bounds the request headers a client may send (net/http's
+// default is 1 MiB).
+const maxHeaderBytes = 64 << 10
+
 // newTransport returns the transport to the engine: keep-alive connections
 // enough for every running stream (the default of 2 idle per host would
 // reconnect constantly), each kept idle for less than the engine's own
@@ -274,7 +278,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return fmt.Errorf("gateway: admin listen %s: %w", g.cfg.AdminListen, err)
 		}
 	}
-	trafficSrv := &http.Server{Handler: g.traffic, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn)}
+	trafficSrv := &http.Server{
+		Handler: g.traffic, ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		ReadHeaderTimeout: g.cfg.ClientHeaderTimeout, ReadTimeout: g.cfg.ClientReadTimeout,
+		IdleTimeout: g.cfg.ClientIdleTimeout, MaxHeaderBytes: maxHeaderBytes,
+		// No WriteTimeout: it would cut every stream longer than it. Each
+		// write is bounded instead (KNEECAP_CLIENT_WRITE_TIMEOUT).
+	}
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
 	g.log.Info("gateway listening", "traffic", trafficLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.ctrl != nil)

@@ -153,8 +153,11 @@ func (p *Proxy) Passthrough() http.Handler { return http.HandlerFunc(p.servePass
 
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > 0 && r.ContentLength <= p.cfg.MaxBodyBytes {
-		body := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, body); err != nil {
+		body, err := readGrowing(io.LimitReader(r.Body, r.ContentLength), r.ContentLength)
+		if err == nil && int64(len(body)) < r.ContentLength {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
 			if r.Context().Err() == nil {
 				wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadBody, "could not read the request body")
 			}
@@ -268,11 +271,9 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route st
 // that the gateway owns.
 func (p *Proxy) readBody(x *exchange) ([]byte, bool) {
 	limit := p.cfg.MaxBodyBytes
-	r := http.MaxBytesReader(x.w, x.r.Body, limit)
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(x.r.ContentLength, 512), limit)+1))
-	_, err := buf.ReadFrom(r)
+	body, err := readGrowing(http.MaxBytesReader(x.w, x.r.Body, limit), min(x.r.ContentLength, limit))
 	if err == nil {
-		return buf.Bytes(), true
+		return body, true
 	}
 	var tooBig *http.MaxBytesError
 	switch {
@@ -285,6 +286,20 @@ func (p *Proxy) readBody(x *exchange) ([]byte, bool) {
 		x.errorResponse(slo.InvalidRequest, reasonBadBody, http.StatusBadRequest, wire.TypeInvalidRequest, "could not read the request body")
 	}
 	return nil, false
+}
+
+// initialBodyBuffer bounds the buffer a request body starts with: a
+// Content-Length is a claim, so the buffer grows with the bytes that
+// arrive, not with what a header promised.
+const initialBodyBuffer = 64 << 10
+
+// readGrowing reads r to its end into a buffer sized for declared bytes
+// (the Content-Length, or -1), up to initialBodyBuffer, grown as bytes
+// arrive.
+func readGrowing(r io.Reader, declared int64) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(declared, 512), initialBodyBuffer)+1))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
 }
 
 // forward sends the request to the engine and relays the answer.
