@@ -1,5 +1,6 @@
 // Package wire is the OpenAI-compatible streaming wire format that the gateway,
-// the simulated engine and the benchmark client all speak.
+// the simulated engine and the benchmark client all speak, and the engines'
+// own generation formats that the gateway also relays.
 //
 // # Overview
 //
@@ -17,14 +18,47 @@
 //     on every input (a differential fuzz test holds it to that).
 //   - request.go: the fields of a generation request that a gateway or client
 //     acts on ([Request]) and [EnsureIncludeUsage], which asks the engine for
-//     the usage report without disturbing any other field.
+//     the usage report without disturbing any other field. [ParseRequest]
+//     reads integers as vLLM does (256.0 is 256; 256.5 is an error).
+//   - shape.go, shape_scan.go, numbers.go: the other request and stream
+//     formats ([Shape]): [ParseRequestAs] and [InspectAs] read them into the
+//     same [Request] and [ChunkInfo]; numbers.go reads request fields the
+//     way each engine does. InspectAs has a fast path on the same scanner as
+//     Inspect, held to an encoding/json reader per shape like Inspect's.
 //   - errors.go: OpenAI-shaped error bodies ([ErrorBody]) for JSON responses
 //     and for SSE error events once a stream has started.
 //
+// # Shapes
+//
+// A generation route has a [Shape]: the format of its request body and of
+// its stream. The gateway picks the shape from the route and hands it to
+// ParseRequestAs and InspectAs; everything downstream (admission, TTFT and
+// TPOT per output chunk, usage, finish, errors) sees the same Request and
+// ChunkInfo whatever the shape.
+//
+//	route                                  shape           output limit                        stream ends with
+//	/v1/chat/completions, /v1/completions  ShapeOpenAI     max_tokens, max_completion_tokens   data: [DONE]
+//	llama.cpp /chat/completions            ShapeOpenAI     max_tokens, max_completion_tokens   data: [DONE]
+//	vLLM /v1/responses                     ShapeResponses  max_output_tokens                   response.completed
+//	llama.cpp /completion, /completions    ShapeLlamaCpp   n_predict                           "stop": true
+//	llama.cpp /infill                      ShapeLlamaCpp   n_predict                           "stop": true
+//	SGLang /generate                       ShapeSGLang     sampling_params.max_new_tokens      data: [DONE]
+//
+// llama.cpp's /completions (without /v1) is its native completion, not an
+// alias of /v1/completions: the server routes /completion and /completions to
+// the same native handler. Only the OpenAI shape has the usage-only chunk
+// that stream_options.include_usage asks for (EnsureIncludeUsage is for it
+// alone): the other shapes report usage unasked, in the last event
+// (llama.cpp, Responses) or in every event (SGLang, recent llama.cpp). A
+// Responses stream's events carry "event: <type>" lines, which
+// [EventReader] keeps in Raw and leaves out of Data; InspectAs reads the type
+// from the data's own "type" field.
+//
 // # Concurrency model
 //
-// The functions ([Inspect], [ParseRequest], ...) hold no state and are safe
-// for concurrent use. An [EventReader] is not: one goroutine reads a stream.
+// The functions ([Inspect], [InspectAs], [ParseRequest], [ParseRequestAs],
+// ...) hold no state and are safe for concurrent use. An [EventReader] is
+// not: one goroutine reads a stream.
 //
 // # Ownership
 //
