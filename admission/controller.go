@@ -12,12 +12,27 @@ import (
 // runaway.
 const DefaultMaxCap = 512
 
+// CapLimit is the highest cap a setting may ask for (KNEECAP_MAX_CAP,
+// KNEECAP_MIN_CAP, KNEECAP_MAX_CONCURRENCY; gateway.Config.Validate and
+// adaptive.ConfigFromEnv hold them to it): four times the largest default
+// of vLLM's max_num_seqs (1024 on GPUs of 70 GiB or more, 256 on others),
+// the most sequences an engine batches at once. A higher cap bounds
+// nothing, and what the controller keeps per level may grow to it.
+const CapLimit = 4096
+
+// maxClasses bounds the target classes the controller keeps (see
+// ObserveDone).
+const maxClasses = 16
+
 // ControllerConfig sets the adaptive controller. The zero value of every
 // field means its default.
 type ControllerConfig struct {
-	// TTFT, TPOT and E2E are the operator's targets, used for requests that
-	// carry none of their own and before any request finished. Zero TTFT
-	// means 1s, zero TPOT 100ms, zero E2E no E2E target.
+	// TTFT, TPOT and E2E are the operator's targets: the class of requests
+	// that carry none of their own (the proxy gives those the operator's
+	// targets), the one Decide holds at the percentile, and the TTFT bound
+	// of prefill pacing and Retry-After. Zero TTFT means 1s, zero TPOT
+	// 100ms, zero E2E no E2E target. (The targets a request carries are
+	// taken as they are: a zero there is no bound.)
 	TTFT, TPOT, E2E time.Duration
 	// Percentile is the share of requests whose latencies must meet the
 	// targets at the chosen cap (0.9: P90 within targets).
@@ -85,7 +100,10 @@ type Finished struct {
 	Hold time.Duration
 	// OutputTokens is the engine's usage count.
 	OutputTokens int
-	// Targets are the request's own targets (zero fields: the operator's).
+	// Targets are the targets the request was judged by: the operator's
+	// with the request's own overrides applied, as the proxy records them.
+	// A zero field is no bound on that latency (an x-slo-*-ms: 0 header),
+	// not the operator's target.
 	Targets slo.Targets
 	// Good reports whether the request met all its targets as the client
 	// felt them (queue wait included); kept for the measured attainment.
@@ -99,6 +117,14 @@ type Load struct {
 	// PeakRunning and PeakQueued are the highest counts seen since the
 	// previous Decide; Rejected is the number of requests refused since.
 	PeakRunning, PeakQueued, Rejected int
+}
+
+// clean makes every count at least 0: the limiter never reports fewer, and
+// a negative count would read as light load or as free slots.
+func (l Load) clean() Load {
+	l.Running, l.Queued = max(l.Running, 0), max(l.Queued, 0)
+	l.PeakRunning, l.PeakQueued, l.Rejected = max(l.PeakRunning, 0), max(l.PeakQueued, 0), max(l.Rejected, 0)
+	return l
 }
 
 // Decision is the outcome of one Decide.
@@ -158,6 +184,7 @@ const (
 // Retry-After that is the predicted time until a slot frees.
 type Controller struct {
 	cfg ControllerConfig
+	op  slo.Targets // the operator's targets (cfg's, with defaults)
 
 	gap, ttft    *curve // mean per-chunk gap and engine TTFT against running
 	gapShift     *shiftDetector
@@ -205,6 +232,7 @@ func NewController(cfg ControllerConfig) *Controller {
 	tau := cfg.Memory
 	c := &Controller{
 		cfg:         cfg,
+		op:          slo.Targets{TTFT: cfg.TTFT, TPOT: cfg.TPOT, E2E: cfg.E2E},
 		gap:         newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
 		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
@@ -237,19 +265,34 @@ func (c *Controller) Config() ControllerConfig { return c.cfg }
 
 // ObserveFirst records a first output chunk: engine TTFT with the number of
 // requests running on the engine at that moment.
+// A negative engineTTFT (a clock that went backwards) is dropped.
 func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Duration) {
+	c.keepPromise(now) // a request took a slot, whatever its latency
+	if engineTTFT < 0 {
+		return
+	}
 	y := engineTTFT.Seconds()
-	c.keepPromise(now)
 	c.ttftShift.add(now, running, y)
 	c.ttft.add(now, running, y)
 	if now.Add(-engineTTFT).Before(c.shiftAt) {
 		return // began before a shift: neither regime
 	}
-	c.ttftSamples.add(sample{now, max(running, 1), y})
+	c.ttftSamples.add(sample{now, c.ttft.clampN(running), y})
 	if c.ttft.ok {
-		c.ttftR.add(now, y/c.ttft.at(float64(running)))
+		c.ttftR.add(now, ratio(y, c.ttft.at(float64(running))))
 	}
 }
+
+// ratio is y/m, or NaN (which every ring drops) when m is not positive.
+func ratio(y, m float64) float64 {
+	if !(m > 0) {
+		return math.NaN()
+	}
+	return y / m
+}
+
+// finite reports whether x is neither NaN nor infinite.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // ObserveGap records the gap between two output chunks of one stream with
 // the number of requests running then.
@@ -310,10 +353,10 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	} else {
 		c.good.decay(now, tau)
 	}
-	t := c.targetsOf(f.Targets)
+	t := f.Targets // as judged: a zero field is no bound
 	d := c.classes[t]
 	if d == nil {
-		if len(c.classes) >= 16 { // bounded: forget the faintest class
+		if len(c.classes) >= maxClasses { // bounded: forget the faintest other class
 			c.dropFaintestClass(now)
 		}
 		d = &decayed{}
@@ -331,26 +374,52 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	if f.OutputTokens > 0 {
 		c.outTokens.add(now, float64(f.OutputTokens))
 	}
-	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && !now.Add(-f.Hold).Before(c.shiftAt) {
+	// A running count that is NaN or infinite says nothing of the step
+	// time the request's tokens were made at: its TPOT ratio is dropped.
+	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && finite(f.Running) && !now.Add(-f.Hold).Before(c.shiftAt) {
 		n := f.Running
 		if n < 1 {
 			n = 1
 		}
-		c.tpotR.add(now, f.TPOT.Seconds()/c.gap.at(n))
+		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)))
 	}
 }
 
+// dropFaintestClass forgets the class of targets with the least recent
+// weight, and its measured attainment, to make room for a new one. The
+// operator's class is never dropped: requests with targets of their own
+// (x-slo-*-ms headers, any value a client likes) may evict only each other,
+// never the class Decide holds at the percentile nor what was measured of it.
 func (c *Controller) dropFaintestClass(now time.Time) {
 	var worst slo.Targets
-	w := math.Inf(1)
+	found, w := false, math.Inf(1)
 	for t, d := range c.classes {
-		d.decay(now, c.cfg.Memory)
-		if d.w < w {
-			worst, w = t, d.w
+		if t == c.op {
+			continue
 		}
+		d.decay(now, c.cfg.Memory)
+		// Ties (every weight decayed to 0) go to the smallest targets, so
+		// that the choice does not depend on the map's order.
+		if !found || d.w < w || (d.w == w && lessTargets(t, worst)) {
+			worst, w, found = t, d.w, true
+		}
+	}
+	if !found {
+		return
 	}
 	delete(c.classes, worst)
 	delete(c.measured, worst)
+}
+
+// lessTargets orders targets by TTFT, then TPOT, then E2E.
+func lessTargets(a, b slo.Targets) bool {
+	if a.TTFT != b.TTFT {
+		return a.TTFT < b.TTFT
+	}
+	if a.TPOT != b.TPOT {
+		return a.TPOT < b.TPOT
+	}
+	return a.E2E < b.E2E
 }
 
 // noteMeasured counts a finished request of class t to the level the cap
@@ -389,18 +458,4 @@ func (p perLevel) get(n int) decayed {
 		return *d
 	}
 	return decayed{}
-}
-
-// targetsOf fills unset fields with the operator's targets.
-func (c *Controller) targetsOf(t slo.Targets) slo.Targets {
-	if t.TTFT <= 0 {
-		t.TTFT = c.cfg.TTFT
-	}
-	if t.TPOT <= 0 {
-		t.TPOT = c.cfg.TPOT
-	}
-	if t.E2E <= 0 {
-		t.E2E = c.cfg.E2E
-	}
-	return t
 }

@@ -61,7 +61,7 @@ func (c *Controller) classShares(now time.Time) []class {
 		total += k.share
 	}
 	if total == 0 {
-		return []class{{c.targetsOf(slo.Targets{}), 1}}
+		return []class{{c.op, 1}}
 	}
 	for i := range out {
 		out[i].share /= total
@@ -134,7 +134,7 @@ func (c *Controller) plan(now time.Time) plan {
 		up:   c.best(classes, c.cfg.Percentile+hysteresis),
 		down: c.best(classes, c.cfg.Percentile),
 		gCap: c.goodput(classes, c.cap),
-		aCap: c.attainment(c.targetsOf(slo.Targets{}))[c.cap],
+		aCap: c.attainment(c.op)[c.cap],
 	}
 	limit := p.down
 	if limit >= c.cap {
@@ -191,6 +191,7 @@ const (
 // by a shift). Every change waits settleTime (2s) after the previous one,
 // so that the level it moved to is measured before the next.
 func (c *Controller) Decide(now time.Time, load Load) Decision {
+	load = load.clean()
 	c.lastDecide = now
 	c.noteDwell(now, load)
 	c.detectShift(now)
@@ -201,6 +202,9 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	}
 	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
+		if c.tab.bad {
+			c.reason = "holding: the model is not finite"
+		}
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	if load.PeakQueued > 0 || load.Rejected > 0 {
@@ -208,7 +212,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		// slot wastes idle = Hold * free/running of every cycle.
 		h := c.predict(c.cap).Hold
 		free := float64(max(c.cap-load.Running, 0))
-		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h))
+		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h)) // NaN: dropped
 	}
 	pl := c.plan(now)
 	demand := c.noteLoad(now, load)
@@ -270,7 +274,7 @@ func (c *Controller) evidenceAtCap() bool {
 		// running stream): what was measured at the cap no longer holds.
 		return true
 	}
-	t := c.targetsOf(slo.Targets{})
+	t := c.op
 	m := c.measured[t].get(c.cap)
 	if m.w >= measuredMin {
 		// A miss only if the requests measured at the cap could not have
@@ -312,7 +316,7 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 		why = fmt.Sprintf("below P%.0f but more goodput", 100*c.cfg.Percentile)
 	}
 	return fmt.Sprintf("raise %d->%d%s: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), %s: goodput %.3f req/s at %d vs %.3f at %d",
-		old, c.cap, how, c.cap, c.attainment(c.targetsOf(slo.Targets{}))[c.cap], 100*c.cfg.Percentile,
+		old, c.cap, how, c.cap, c.attainment(c.op)[c.cap], 100*c.cfg.Percentile,
 		dur(p.TPOT), dur(p.TTFT), why, pl.gT, pl.target, pl.gCap, old)
 }
 
@@ -522,5 +526,5 @@ func b2f(b bool) float64 {
 }
 
 func dur(sec float64) time.Duration {
-	return time.Duration(sec * float64(time.Second)).Round(100 * time.Microsecond)
+	return seconds(sec).Round(100 * time.Microsecond)
 }

@@ -9,7 +9,7 @@ import (
 // targets as the client felt them (a queue wait the model does not see).
 func finishBad(c *Controller, now time.Time, k int) {
 	for range k {
-		c.ObserveDone(now, Finished{Running: float64(c.Cap()), EngineTTFT: 300 * time.Millisecond,
+		c.ObserveDone(now, Finished{Targets: c.op, Running: float64(c.Cap()), EngineTTFT: 300 * time.Millisecond,
 			TPOT: 50 * time.Millisecond, Hold: time.Second, OutputTokens: 120, Good: false})
 	}
 }

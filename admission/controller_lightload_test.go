@@ -4,13 +4,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kneecap/kneecap/slo"
 )
 
 // finishAt reports k finished requests at the cap, good of them meeting
 // their targets as the client felt them.
 func finishAt(c *Controller, now time.Time, k, good int) {
 	for i := range k {
-		c.ObserveDone(now, Finished{Running: float64(c.Cap()), EngineTTFT: 300 * time.Millisecond,
+		c.ObserveDone(now, Finished{Targets: c.op, Running: float64(c.Cap()), EngineTTFT: 300 * time.Millisecond,
 			TPOT: 50 * time.Millisecond, Hold: time.Second, OutputTokens: 120, Good: i < good})
 	}
 }
@@ -131,7 +133,9 @@ func TestBurstUnderLightLoadRaisesInsteadOfRefusing(t *testing.T) {
 	saturated := func(demand int) *engine {
 		return &engine{gapB: 5 * time.Millisecond, ttftA: 300 * time.Millisecond, out: 120, demand: demand}
 	}
-	late := func(now time.Time) Query { return Query{Arrival: now.Add(-900 * time.Millisecond)} }
+	late := func(now time.Time) Query {
+		return Query{Arrival: now.Add(-900 * time.Millisecond), Targets: slo.Targets{TTFT: time.Second}}
+	}
 
 	e := saturated(64)
 	c := NewController(ControllerConfig{})

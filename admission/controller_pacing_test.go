@@ -49,11 +49,11 @@ func TestPacedRequestIsRefusedOnlyWhenItWouldMiss(t *testing.T) {
 	if eng <= 0.3 || eng >= 0.9 {
 		t.Fatalf("setup: predicted engine TTFT %.3fs, want between 0.3 and 0.9", eng)
 	}
-	early := Query{Arrival: now, Paced: true, PrefillAge: 0}
+	early := Query{Arrival: now, Paced: true, PrefillAge: 0, Targets: c.op}
 	if v := c.Admit(now, early); v.OK || v.RetryAfter <= 0 {
 		t.Errorf("paced behind a prefill just begun (%.2fs + %.2fs > 1s): %+v, want refused with a Retry-After", eng, eng, v)
 	}
-	late := Query{Arrival: now, Paced: true, PrefillAge: time.Duration(eng * float64(time.Second))}
+	late := Query{Arrival: now, Paced: true, PrefillAge: time.Duration(eng * float64(time.Second)), Targets: c.op}
 	if v := c.Admit(now, late); !v.OK {
 		t.Errorf("paced behind a prefill about to end: %+v, want queued", v)
 	}
@@ -61,7 +61,7 @@ func TestPacedRequestIsRefusedOnlyWhenItWouldMiss(t *testing.T) {
 	e := bf16Like()
 	light := NewController(ControllerConfig{})
 	now = runLightLoad(t, light, e)
-	if v := light.Admit(now, Query{Arrival: now, Paced: true}); !v.OK {
+	if v := light.Admit(now, Query{Arrival: now, Paced: true, Targets: light.op}); !v.OK {
 		t.Errorf("under light load: %+v, want queued", v)
 	}
 }

@@ -1,11 +1,26 @@
 package admission
 
 import (
+	"encoding/json"
 	"fmt"
+	"math"
+	"slices"
 	"time"
-
-	"github.com/kneecap/kneecap/slo"
 )
+
+// Float is a float64 that encodes in JSON as a number when it is finite
+// and as null when it is NaN or infinite. encoding/json refuses those, and
+// one of them anywhere in a document fails all of it: the status types use
+// Float so that /status encodes whatever the model holds.
+type Float float64
+
+// MarshalJSON implements json.Marshaler.
+func (f Float) MarshalJSON() ([]byte, error) {
+	if !finite(float64(f)) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(f))
+}
 
 // ControllerStatus is the controller's state as /status shows it.
 type ControllerStatus struct {
@@ -16,82 +31,113 @@ type ControllerStatus struct {
 	PrefillLimit int       `json:"prefill_limit"`
 	Reason       string    `json:"reason"`
 	ChangedAt    time.Time `json:"changed_at,omitzero"`
-	Percentile   float64   `json:"percentile"`
+	Percentile   Float     `json:"percentile"`
 	MinCap       int       `json:"min_cap"`
 	MaxCap       int       `json:"max_cap"`
 	// Model is the fitted mean model: gap(n) = a + b n per output chunk and
 	// engine TTFT(n) = a + b n, in seconds.
-	GapA  float64 `json:"gap_a_seconds"`
-	GapB  float64 `json:"gap_b_seconds"`
-	TTFTA float64 `json:"engine_ttft_a_seconds"`
-	TTFTB float64 `json:"engine_ttft_b_seconds"`
+	GapA  Float `json:"gap_a_seconds"`
+	GapB  Float `json:"gap_b_seconds"`
+	TTFTA Float `json:"engine_ttft_a_seconds"`
+	TTFTB Float `json:"engine_ttft_b_seconds"`
 	// Spread factors Q_P(observed / model mean).
-	TPOTSpread float64 `json:"tpot_spread"`
-	TTFTSpread float64 `json:"engine_ttft_spread"`
+	TPOTSpread Float `json:"tpot_spread"`
+	TTFTSpread Float `json:"engine_ttft_spread"`
 	// Attainment is the measured share of finished requests that met all
 	// their targets over the memory window.
-	Attainment float64 `json:"attainment"`
-	Shifts     int     `json:"shifts"`
-	LastShift  string  `json:"last_shift,omitempty"`
+	Attainment Float  `json:"attainment"`
+	Shifts     int    `json:"shifts"`
+	LastShift  string `json:"last_shift,omitempty"`
 	// PredictedWait is the predicted wait of a request joining an empty
 	// queue now, in seconds.
-	PredictedWait float64       `json:"predicted_wait_seconds"`
+	PredictedWait Float `json:"predicted_wait_seconds"`
+	// Levels are at most maxStatusLevels (64) levels around the cap (see
+	// Status); LevelsOmitted counts the others that would have been listed.
 	Levels        []LevelStatus `json:"levels"`
+	LevelsOmitted int           `json:"levels_omitted,omitempty"`
 }
 
 // LevelStatus is what the controller learned about one running count.
 type LevelStatus struct {
 	Running int `json:"running"`
 	// Samples are the forgotten weights of gap and first-token samples.
-	GapSamples  float64 `json:"gap_samples"`
-	TTFTSamples float64 `json:"engine_ttft_samples"`
+	GapSamples  Float `json:"gap_samples"`
+	TTFTSamples Float `json:"engine_ttft_samples"`
 	// MeanGap and MeanEngineTTFT are measured at this level (0: none).
-	MeanGap        float64 `json:"mean_gap_seconds"`
-	MeanEngineTTFT float64 `json:"mean_engine_ttft_seconds"`
+	MeanGap        Float `json:"mean_gap_seconds"`
+	MeanEngineTTFT Float `json:"mean_engine_ttft_seconds"`
 	// PredictedTPOT and PredictedEngineTTFT are the model's P-quantiles.
-	PredictedTPOT       float64 `json:"predicted_tpot_seconds"`
-	PredictedEngineTTFT float64 `json:"predicted_engine_ttft_seconds"`
+	PredictedTPOT       Float `json:"predicted_tpot_seconds"`
+	PredictedEngineTTFT Float `json:"predicted_engine_ttft_seconds"`
 	// Attainment is the predicted share of requests meeting the operator's
 	// targets at this level; Meets is Attainment >= the percentile.
-	Attainment float64 `json:"predicted_attainment"`
-	Meets      bool    `json:"meets_targets"`
+	Attainment Float `json:"predicted_attainment"`
+	Meets      bool  `json:"meets_targets"`
 }
 
-// Status reports the controller's state. It lists the levels from 1 to
-// twice the cap (at most MaxCap, and at most 16 above the highest level
-// measured) and any other level with measurements.
+// maxStatusLevels bounds the levels Status lists, so that the size of
+// /status does not grow with MaxCap (up to 4096 by the gateway's settings).
+const maxStatusLevels = 64
+
+// Status reports the controller's state. Of the levels from 1 to twice the
+// cap (at most MaxCap, and at most 16 above the highest level measured)
+// and any other level with measurements, it lists at most 64: those around
+// the cap (with a fixed cap, around the mean running count).
 func (c *Controller) Status(now time.Time) ControllerStatus {
 	s := c.tab.s
 	st := ControllerStatus{
 		Mode: "adaptive", Cap: c.cap, PrefillLimit: c.prefills, Reason: c.reason, ChangedAt: c.changedAt,
-		Percentile: c.cfg.Percentile, MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
-		GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b,
-		TPOTSpread: s.qTPOT, TTFTSpread: s.qTTFT, Shifts: c.shifts, LastShift: c.lastShift,
+		Percentile: Float(c.cfg.Percentile), MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
+		GapA: Float(c.gap.a), GapB: Float(c.gap.b), TTFTA: Float(c.ttft.a), TTFTB: Float(c.ttft.b),
+		TPOTSpread: Float(s.qTPOT), TTFTSpread: Float(s.qTTFT), Shifts: c.shifts, LastShift: c.lastShift,
 	}
-	st.Attainment = c.measuredAttainment(now)
+	st.Attainment = Float(c.measuredAttainment(now))
 	if w, ok := c.PredictWait(now, 0); ok {
-		st.PredictedWait = w.Seconds()
+		st.PredictedWait = Float(w.Seconds())
 	}
-	t := c.targetsOf(slo.Targets{})
 	ready := c.tab.ok
-	for n := 1; n <= min(c.cfg.MaxCap, c.levelsSeen()+16); n++ {
+	var a []float64
+	if ready {
+		a = c.attainment(c.op)
+	}
+	var levels []int
+	levels, st.LevelsOmitted = c.statusLevels()
+	for _, n := range levels {
 		gw, gm := c.gap.level(n)
 		tw, tm := c.ttft.level(n)
-		if n > 2*c.cap && gw < 0.5 && tw < 0.5 {
-			continue
-		}
-		l := LevelStatus{Running: n, GapSamples: gw, TTFTSamples: tw, MeanGap: gm, MeanEngineTTFT: tm}
+		l := LevelStatus{Running: n, GapSamples: Float(gw), TTFTSamples: Float(tw), MeanGap: Float(gm), MeanEngineTTFT: Float(tm)}
 		if ready {
 			p := c.predict(n)
-			l.PredictedTPOT, l.PredictedEngineTTFT = p.TPOT, p.TTFT
-			if a := c.attainment(t); n < len(a) {
-				l.Attainment = a[n]
-				l.Meets = a[n] >= c.cfg.Percentile
-			}
+			l.PredictedTPOT, l.PredictedEngineTTFT = Float(p.TPOT), Float(p.TTFT)
+			l.Attainment = Float(attAt(a, n))
+			l.Meets = attAt(a, n) >= c.cfg.Percentile
 		}
 		st.Levels = append(st.Levels, l)
 	}
 	return st
+}
+
+// statusLevels returns the levels Status lists, in order, and how many
+// others it would have listed without the bound of maxStatusLevels.
+func (c *Controller) statusLevels() (levels []int, omitted int) {
+	for n := 1; n <= min(c.cfg.MaxCap, c.levelsSeen()+16); n++ {
+		gw, _ := c.gap.level(n)
+		tw, _ := c.ttft.level(n)
+		if n > 2*c.cap && gw < 0.5 && tw < 0.5 {
+			continue
+		}
+		levels = append(levels, n)
+	}
+	if len(levels) <= maxStatusLevels {
+		return levels, 0
+	}
+	centre := c.cap
+	if c.cfg.Fixed && c.busy.w > 0 {
+		centre = max(1, int(math.Min(math.Round(c.busy.mean()), float64(c.cfg.MaxCap))))
+	}
+	i, _ := slices.BinarySearch(levels, centre) // levels are sorted
+	lo := max(0, min(i-maxStatusLevels/2, len(levels)-maxStatusLevels))
+	return levels[lo : lo+maxStatusLevels], len(levels) - maxStatusLevels
 }
 
 // measuredAttainment is the measured share of finished requests that met all their
@@ -112,7 +158,7 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 	if !c.tab.ok {
 		return "no model"
 	}
-	t := c.targetsOf(slo.Targets{})
+	t := c.op
 	a := c.attainment(t)
 	classes := c.classShares(now)
 	var b []byte
@@ -129,7 +175,7 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 		p := c.predict(k)
 		gw, gm := c.gap.level(k)
 		b = fmt.Appendf(b, "[%d A=%.2f meas=%.2f/%.0f G=%.3f dwell=%.0fs/%.3f ttftP=%.2f tpotP=%.3f hold=%.1f gap=%.1fms/%.0f curve=%.1fms] ",
-			k, a[k], ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold, 1000*gm, gw, 1000*c.gap.at(float64(k)))
+			k, attAt(a, k), ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold, 1000*gm, gw, 1000*c.gap.at(float64(k)))
 	}
 	return string(b)
 }

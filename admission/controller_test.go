@@ -43,7 +43,7 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		for e.phase >= 1 {
 			e.phase--
 			c.ObserveFirst(now, n, e.ttft(n))
-			c.ObserveDone(now, Finished{Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g,
+			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g,
 				Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond})
 		}
 		if i%10 == 9 {
@@ -159,11 +159,11 @@ func TestAdmitDeadline(t *testing.T) {
 	if v := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: slo.Targets{TTFT: 2 * time.Second}}); v.OK {
 		t.Errorf("admitted a request that may wait 1.68s + 0.55s for a 2s TTFT target")
 	}
-	v1 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	v1 := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: c.op})
 	if v1.OK {
 		t.Fatalf("admitted a request predicted to wait up to 1.68s + 0.55s for a 1s target")
 	}
-	v2 := c.Admit(now, Query{Arrival: now, Ahead: 0})
+	v2 := c.Admit(now, Query{Arrival: now, Ahead: 0, Targets: c.op})
 	ra1, ra2 := v1.RetryAfter, v2.RetryAfter
 	if ra1 <= 0 || ra2 <= ra1 {
 		t.Errorf("Retry-After %v then %v: want positive and later for the second", ra1, ra2)
@@ -176,7 +176,7 @@ func TestAdmitDeadline(t *testing.T) {
 
 func TestAdmitBeforeLearningAdmitsAll(t *testing.T) {
 	c := NewController(ControllerConfig{})
-	if v := c.Admit(t0, Query{Arrival: t0, Ahead: 100}); !v.OK {
+	if v := c.Admit(t0, Query{Arrival: t0, Ahead: 100, Targets: c.op}); !v.OK {
 		t.Fatal("refused with nothing learned")
 	}
 }

@@ -26,8 +26,13 @@ func (d *decayed) decay(now time.Time, tau time.Duration) {
 	}
 }
 
+// add adds a sample of weight 1; a NaN or infinite one is dropped (it
+// would poison the sum for good).
 func (d *decayed) add(now time.Time, tau time.Duration, x float64) {
 	d.decay(now, tau)
+	if !finite(x) {
+		return
+	}
 	d.w++
 	d.sum += x
 }
@@ -72,7 +77,7 @@ type curve struct {
 
 // newCurve returns a curve over levels 1..maxN. Its per-level memory grows
 // with the highest level that got a sample, not with maxN: a cap fixed far
-// above any running count (KNEECAP_MAX_CONCURRENCY=100000) costs nothing.
+// above any running count (KNEECAP_MAX_CONCURRENCY=4096) costs nothing.
 func newCurve(maxN int, tau time.Duration, capW float64) *curve {
 	return &curve{tau: tau, capW: capW, maxN: maxN}
 }
@@ -89,6 +94,9 @@ func (c *curve) clampN(n int) int {
 }
 
 func (c *curve) add(now time.Time, n int, y float64) {
+	if !finite(y) || y < 0 {
+		return // no latency is negative
+	}
 	i := c.clampN(n)
 	c.levels = growLevels(c.levels, i, c.maxN)
 	c.levels[i].add(now, c.tau, y)
@@ -119,7 +127,7 @@ func (c *curve) fit(now time.Time) {
 			continue
 		}
 		l.decay(now, c.tau)
-		if l.w < 1e-3 {
+		if l.w < 1e-3 || !finite(l.sum) { // forgotten, or poisoned (unreachable: add drops NaN)
 			*l = decayed{}
 			continue
 		}
@@ -140,6 +148,13 @@ func (c *curve) fit(now time.Time) {
 		return
 	}
 	c.ok = true
+	defer func() {
+		// A fit that is not finite (unreachable with finite samples) is no
+		// fit: the model is unknown until one is.
+		if !finite(c.a) || !finite(c.b) {
+			c.ok = false
+		}
+	}()
 	den := sw*sxx - sx*sx
 	if points >= 2 && den > 1e-9 {
 		c.b = (sw*sxy - sx*sy) / den
@@ -186,6 +201,9 @@ func (c *curve) at(n float64) float64 {
 // weight: the model after a detected shift keeps its shape as a prior while
 // new samples take over.
 func (c *curve) scale(f, share float64) {
+	if !(f > 0) || math.IsInf(f, 0) {
+		f = 1 // no measured ratio: keep the scale, cut the weight
+	}
 	for i := range c.levels {
 		l := &c.levels[i]
 		l.sum *= f * share
@@ -241,6 +259,9 @@ func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong 
 }
 
 func (s *shiftDetector) add(now time.Time, n int, y float64) {
+	if !finite(y) || y < 0 {
+		return
+	}
 	i := max(1, min(n, s.maxN))
 	s.lv = growLevels(s.lv, i, s.maxN)
 	l := &s.lv[i]
@@ -285,6 +306,13 @@ func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
 		return 1, false
 	}
 	r := short.mean() / long.mean()
+	if !(long.mean() > 0) || !finite(r) {
+		// Only zero gaps at this level (or nothing measurable): no ratio,
+		// no evidence of a shift. (0/0 used to pass as one, and scaled the
+		// curve by NaN.)
+		s.strikes = 0
+		return 1, false
+	}
 	if r <= s.k && r >= 1/s.k {
 		s.strikes = 0
 		return r, false

@@ -111,4 +111,9 @@ func newSampleRing(size int, maxAge time.Duration) *sampleRing {
 	return &sampleRing{newTimedRing[sample](size, maxAge)}
 }
 
-func (r *sampleRing) add(s sample) { r.push(s) }
+// add records s; one whose value is NaN or infinite is dropped.
+func (r *sampleRing) add(s sample) {
+	if finite(s.y) {
+		r.push(s)
+	}
+}

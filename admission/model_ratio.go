@@ -27,7 +27,13 @@ func newRatioRing(size int, maxAge time.Duration) *ratioRing {
 	return &ratioRing{newTimedRing[ratioEntry](size, maxAge)}
 }
 
-func (q *ratioRing) add(now time.Time, r float64) { q.push(ratioEntry{now, r}) }
+// add records r; a NaN or infinite one (a ratio to a zero model) is
+// dropped.
+func (q *ratioRing) add(now time.Time, r float64) {
+	if finite(r) {
+		q.push(ratioEntry{now, r})
+	}
+}
 
 // values returns the live entries, sorted.
 func (q *ratioRing) values(now time.Time) []float64 {

@@ -34,6 +34,7 @@ type spread struct {
 // computes the levels above from the fitted curves.
 type table struct {
 	ok  bool
+	bad bool // not ok because a fit or prediction was not finite
 	at  time.Time
 	s   spread
 	p   []prediction // index n, up to the highest level with measurements
@@ -81,9 +82,11 @@ func (c *Controller) refresh(now time.Time) {
 	c.gap.fit(now)
 	c.ttft.fit(now)
 	c.tab.ok = c.gap.ok && c.ttft.ok
+	c.tab.bad = false
 	if !c.tab.ok {
 		return
 	}
+	defer c.checkFinite()
 	s := c.spreadAt(now)
 	c.tab.s = s
 	live := c.ttftSamples.live(now)
@@ -133,6 +136,25 @@ func (c *Controller) refresh(now time.Time) {
 	}
 }
 
+// checkFinite marks the table unknown (not ok, bad) if anything in it is
+// NaN or infinite: every sample that reaches the model is finite and every
+// ratio has a positive denominator, so this does not happen; if it ever
+// does, Decide holds the cap and Admit lets requests queue, as before
+// anything was learnt, instead of deciding on NaN (every comparison with
+// it is false, which reads as a miss and lowers the cap).
+func (c *Controller) checkFinite() {
+	s := c.tab.s
+	ok := finite(c.gap.a) && finite(c.gap.b) && finite(c.ttft.a) && finite(c.ttft.b) &&
+		finite(s.qTPOT) && finite(s.qTTFT) && finite(s.mTPOT) && finite(s.mTTFT) && finite(s.outP) && finite(s.outMean)
+	for n := 1; ok && n < len(c.tab.p); n++ {
+		p := &c.tab.p[n]
+		ok = finite(p.TPOT) && finite(p.TTFT) && finite(p.E2E) && finite(p.MeanTTFT) && finite(p.Hold) && finite(p.Gap) && finite(p.CurveTTFT)
+	}
+	if !ok {
+		c.tab.ok, c.tab.bad = false, true
+	}
+}
+
 // predictionAt is the prediction at a level with mean gap g, fitted engine
 // TTFT f, and engine TTFT P-quantile q and median mf there, made no lower
 // than prev, the prediction one level below.
@@ -176,8 +198,9 @@ func (c *Controller) predict(n int) prediction {
 	return s.predictionAt(g, f, s.qTTFT*f, s.mTTFT*f, c.tab.p[len(c.tab.p)-1])
 }
 
-// attainment returns, for n = 0..MaxCap, the predicted share of requests
-// with targets t that would meet all of them at running count n:
+// attainment returns, for n = 0..len-1, the predicted share of requests
+// with targets t that would meet all of them at running count n (a zero
+// target is no bound and always met):
 //
 //	A(n) = A_ttft(n) * A_tpot(n) * [E2E_P(n) <= T_e2e]
 //	A_ttft(n) = sum_i w_i s(T_ttft - y_i - ttft(n) + ttft(n_i)) / sum_i w_i
@@ -191,7 +214,11 @@ func (c *Controller) predict(n int) prediction {
 // samples at a low level can come from a transient, a request that waited
 // behind many prefills and got its first token after they ended). Levels
 // far above the cap (beyond 2 cap + 16), where no single step can reach,
-// are 0. Results are cached until the next refresh or change of the cap.
+// are 0, and so is every level past the end of the slice, which reaches
+// one level beyond the cap, MinCap and the last level computed, not MaxCap
+// (with a cap of 10^7 one /status allocated 76 MiB); read it with attAt
+// where an index may lie beyond. Results are cached until the next refresh
+// or change of the cap.
 func (c *Controller) attainment(t slo.Targets) []float64 {
 	if c.tab.attCap != c.cap { // anchored at the cap (below): stale
 		c.tab.att, c.tab.attCap = map[slo.Targets][]float64{}, c.cap
@@ -200,8 +227,8 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 		return a
 	}
 	maxN := c.cfg.MaxCap
-	a := make([]float64, maxN+1)
 	top := min(maxN, 2*c.cap+16, c.levelsSeen()+16)
+	a := make([]float64, max(top, c.cap, c.cfg.MinCap)+2)
 	tt, tp, te := t.TTFT.Seconds(), t.TPOT.Seconds(), t.E2E.Seconds()
 	step := func(u, width float64) float64 { return 1 / (1 + math.Exp(-u/width)) }
 	for n := 1; n <= top; n++ {
@@ -239,6 +266,9 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 			ae = 0
 		}
 		a[n] = at * ap * ae
+		if math.IsNaN(a[n]) {
+			a[n] = 0 // unreachable: refresh keeps non-finite models out
+		}
 	}
 	// Feedback: where the cap has held a level long enough for requests
 	// to finish there, the share that met the targets as the client felt
@@ -273,6 +303,14 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 	}
 	c.tab.att[t] = a
 	return a
+}
+
+// attAt is a[n], or 0 beyond the slice (see attainment).
+func attAt(a []float64, n int) float64 {
+	if n < 0 || n >= len(a) {
+		return 0
+	}
+	return a[n]
 }
 
 // The forgotten count of requests finished at a cap level from which their

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/kneecap/kneecap/slo"
 )
 
 // fullSize gives a controller's curves and shift detectors storage for
@@ -42,7 +40,7 @@ func runPair(t *testing.T, e *engine, lazy, full *Controller, now time.Time, d t
 		e.phase += float64(n) * float64(tick) / float64(hold)
 		for e.phase >= 1 {
 			e.phase--
-			f := Finished{Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g, Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond}
+			f := Finished{Targets: lazy.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g, Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond}
 			ttft := e.ttft(n) + time.Duration(rng.IntN(20))*time.Millisecond
 			for _, c := range []*Controller{lazy, full} {
 				c.ObserveFirst(now, n, ttft)
@@ -72,7 +70,7 @@ func runPair(t *testing.T, e *engine, lazy, full *Controller, now time.Time, d t
 				t.Fatalf("%v: level %d of %d stored: predicted %+v, want %+v", now.Sub(t0), n, len(lazy.tab.p)-1, pl, pf)
 			}
 		}
-		tg := lazy.targetsOf(slo.Targets{})
+		tg := lazy.op
 		if al, af := lazy.attainment(tg), full.attainment(tg); !slices.Equal(al, af) {
 			t.Fatalf("%v: attainment differs", now.Sub(t0))
 		}
@@ -127,7 +125,7 @@ func BenchmarkDecideFixedLargeCap(b *testing.B) {
 		c.ObserveGap(now, n, e.gap(n))
 		if i%4 == 0 {
 			c.ObserveFirst(now, n, e.ttft(n))
-			c.ObserveDone(now, Finished{Running: float64(n), EngineTTFT: e.ttft(n), TPOT: e.gap(n), Hold: 10 * time.Second, OutputTokens: 100})
+			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: e.gap(n), Hold: 10 * time.Second, OutputTokens: 100})
 		}
 	}
 	b.ReportAllocs()

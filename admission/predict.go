@@ -2,9 +2,11 @@ package admission
 
 import (
 	"fmt"
-	"github.com/kneecap/kneecap/slo"
+	"math"
 	"sort"
 	"time"
+
+	"github.com/kneecap/kneecap/slo"
 )
 
 // Query describes a request that would have to queue for a slot.
@@ -14,7 +16,9 @@ type Query struct {
 	Arrival time.Time
 	// Ahead is the number of requests queued before it.
 	Ahead int
-	// Targets are the request's own targets (zero fields: the operator's).
+	// Targets are the request's targets: the operator's with its own
+	// overrides applied, as the proxy hands them to the limiter. A zero
+	// TTFT is no bound: such a request is never refused for its deadline.
 	Targets slo.Targets
 	// Paced is true when a slot is free and the request waits only for
 	// the prefill of a request granted PrefillAge ago (see
@@ -33,10 +37,31 @@ func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
 	} else if c.holdAvg.w > 0 {
 		hold = c.holdAvg.mean()
 	}
-	if hold <= 0 {
+	if !(hold > 0) || math.IsInf(hold, 0) { // NaN or infinite: unknown
 		return 0, false
 	}
-	return time.Duration(hold / float64(c.cap) * float64(time.Second)), true
+	return seconds(hold / float64(c.cap)), true
+}
+
+// maxPredicted bounds every predicted duration, far above anything a
+// client waits for, so that a prediction from absurd measurements cannot
+// overflow a time.Duration.
+const maxPredicted = 1000 * time.Hour
+
+// seconds converts a prediction in seconds to a duration in
+// [0, maxPredicted]; NaN is 0.
+func seconds(sec float64) time.Duration { return nanos(sec * float64(time.Second)) }
+
+// nanos converts a prediction in nanoseconds to a duration in
+// [0, maxPredicted]; NaN is 0.
+func nanos(ns float64) time.Duration {
+	if !(ns > 0) {
+		return 0
+	}
+	if ns >= float64(maxPredicted) {
+		return maxPredicted
+	}
+	return time.Duration(ns)
 }
 
 // predictedEngineTTFT is the mean engine TTFT at the current cap.
@@ -44,7 +69,7 @@ func (c *Controller) predictedEngineTTFT(now time.Time) time.Duration {
 	if !c.tab.ok {
 		return 0
 	}
-	return time.Duration(c.predict(c.cap).MeanTTFT * float64(time.Second))
+	return seconds(c.predict(c.cap).MeanTTFT)
 }
 
 // PredictWait is the predicted queue wait of a request with ahead requests
@@ -57,7 +82,7 @@ func (c *Controller) PredictWait(now time.Time, ahead int) (time.Duration, bool)
 	if !ok {
 		return 0, false
 	}
-	return time.Duration((float64(ahead) + 0.5) * float64(iv)), true
+	return nanos((float64(ahead) + 0.5) * float64(iv)), true
 }
 
 // waitBound is the longest a request with ahead requests before it is
@@ -76,7 +101,7 @@ func (c *Controller) waitBound(ahead int) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	return time.Duration(float64(ahead+1) * float64(iv)), true
+	return nanos(float64(ahead+1) * float64(iv)), true
 }
 
 // Verdict is the answer to a request that would queue.
@@ -113,11 +138,14 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if c.raiseOnDemand(now) {
 		return Verdict{OK: true, Raised: true, Cap: c.cap}
 	}
+	t := q.Targets
+	if t.TTFT <= 0 {
+		return Verdict{OK: true, Cap: c.cap} // no TTFT bound: no deadline to miss
+	}
 	wait, known := c.waitBound(q.Ahead)
 	if !known {
 		return Verdict{OK: true, Cap: c.cap}
 	}
-	t := c.targetsOf(q.Targets)
 	eng := c.predictedEngineTTFT(now)
 	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
 		return Verdict{OK: true, Cap: c.cap}
@@ -133,10 +161,10 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 // prefill (the predicted mean engine TTFT less its age) and then its own,
 // and is refused at once if that misses its TTFT target.
 func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
-	if !c.tab.ok {
+	t := q.Targets
+	if !c.tab.ok || t.TTFT <= 0 {
 		return Verdict{OK: true, Cap: c.cap}
 	}
-	t := c.targetsOf(q.Targets)
 	eng := c.predictedEngineTTFT(now)
 	wait := max(eng-q.PrefillAge, 0)
 	if now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
@@ -167,10 +195,12 @@ func (c *Controller) PrefillLimit() int {
 	}
 	sort.Float64s(ys)
 	med := ys[len(ys)/2]
-	if med <= 0 {
+	if !(med > 0) {
 		return c.prefills
 	}
-	r := c.cfg.TTFT.Seconds() / med
+	// Bounded: beyond maxPrefills+1 the answer is maxPrefills anyway, and
+	// int of a huge float is undefined.
+	r := math.Min(c.cfg.TTFT.Seconds()/med, maxPrefills+1)
 	switch {
 	case int(r+0.25) < c.prefills:
 		c.prefills = max(1, int(r+0.25))
@@ -208,7 +238,7 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || !c.lightLoad(float64(c.cap)/2) {
 		return false
 	}
-	a := c.attainment(c.targetsOf(slo.Targets{}))
+	a := c.attainment(c.op)
 	if c.cap+1 >= len(a) || a[c.cap+1] < minAttainment {
 		return false
 	}

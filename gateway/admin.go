@@ -1,16 +1,20 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
 )
 
 // readyTimeout bounds one probe of the engine's health path.
@@ -79,43 +83,44 @@ func joinURLPath(base, p string) string {
 }
 
 // Status is the JSON body of /status. Durations are in seconds, as in the
-// metrics.
+// metrics. Every number that is not a count is an admission.Float: NaN or
+// infinity encodes as null instead of failing the document.
 type Status struct {
-	Limit    int     `json:"limit"`
-	Running  int     `json:"running"`
-	Queued   int     `json:"queued"`
-	Draining bool    `json:"draining"`
-	Adaptive bool    `json:"adaptive"`
-	MeanHold float64 `json:"mean_slot_hold_seconds"`
+	Limit    int             `json:"limit"`
+	Running  int             `json:"running"`
+	Queued   int             `json:"queued"`
+	Draining bool            `json:"draining"`
+	Adaptive bool            `json:"adaptive"`
+	MeanHold admission.Float `json:"mean_slot_hold_seconds"`
 	// DemandRatio is as kneecap_demand_ratio.
-	DemandRatio float64       `json:"demand_ratio"`
-	Targets     TargetsStatus `json:"targets"`
-	Window      WindowStatus  `json:"window"`
+	DemandRatio admission.Float `json:"demand_ratio"`
+	Targets     TargetsStatus   `json:"targets"`
+	Window      WindowStatus    `json:"window"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
 }
 
 // TargetsStatus lists the operator's targets in seconds (0 = unset).
 type TargetsStatus struct {
-	TTFT float64 `json:"ttft_seconds"`
-	TPOT float64 `json:"tpot_seconds"`
-	E2E  float64 `json:"e2e_seconds"`
+	TTFT admission.Float `json:"ttft_seconds"`
+	TPOT admission.Float `json:"tpot_seconds"`
+	E2E  admission.Float `json:"e2e_seconds"`
 }
 
 // WindowStatus is slo.Stats in JSON form.
 type WindowStatus struct {
-	Seconds       float64 `json:"seconds"`
-	Requests      int     `json:"requests"`
-	Good          int     `json:"good"`
-	Missed        int     `json:"missed"`
-	Rejected      int     `json:"rejected"`
-	EngineErrors  int     `json:"engine_errors"`
-	Cancelled     int     `json:"client_cancelled"`
-	Invalid       int     `json:"invalid"`
-	Goodput       float64 `json:"goodput_requests_per_second"`
-	Attainment    float64 `json:"attainment_ratio"`
-	RejectionRate float64 `json:"rejections_per_second"`
-	Throughput    float64 `json:"output_tokens_per_second"`
+	Seconds       admission.Float `json:"seconds"`
+	Requests      int             `json:"requests"`
+	Good          int             `json:"good"`
+	Missed        int             `json:"missed"`
+	Rejected      int             `json:"rejected"`
+	EngineErrors  int             `json:"engine_errors"`
+	Cancelled     int             `json:"client_cancelled"`
+	Invalid       int             `json:"invalid"`
+	Goodput       admission.Float `json:"goodput_requests_per_second"`
+	Attainment    admission.Float `json:"attainment_ratio"`
+	RejectionRate admission.Float `json:"rejections_per_second"`
+	Throughput    admission.Float `json:"output_tokens_per_second"`
 
 	TTFT       QuantilesStatus `json:"ttft"`
 	EngineTTFT QuantilesStatus `json:"engine_ttft"`
@@ -127,16 +132,18 @@ type WindowStatus struct {
 
 // QuantilesStatus is slo.Quantiles in seconds.
 type QuantilesStatus struct {
-	P50   float64 `json:"p50_seconds"`
-	P90   float64 `json:"p90_seconds"`
-	P99   float64 `json:"p99_seconds"`
-	Mean  float64 `json:"mean_seconds"`
-	Count int     `json:"count"`
+	P50   admission.Float `json:"p50_seconds"`
+	P90   admission.Float `json:"p90_seconds"`
+	P99   admission.Float `json:"p99_seconds"`
+	Mean  admission.Float `json:"mean_seconds"`
+	Count int             `json:"count"`
 }
 
 func quantilesStatus(q slo.Quantiles) QuantilesStatus {
-	return QuantilesStatus{P50: q.P50.Seconds(), P90: q.P90.Seconds(), P99: q.P99.Seconds(), Mean: q.Mean.Seconds(), Count: q.Count}
+	return QuantilesStatus{P50: secs(q.P50), P90: secs(q.P90), P99: secs(q.P99), Mean: secs(q.Mean), Count: q.Count}
 }
+
+func secs(d time.Duration) admission.Float { return admission.Float(d.Seconds()) }
 
 // Status returns the gateway's state, as /status shows it.
 func (g *Gateway) Status() Status {
@@ -145,12 +152,13 @@ func (g *Gateway) Status() Status {
 	t := g.cfg.Targets()
 	s := Status{
 		Limit: st.Limit, Running: st.Running, Queued: st.Queued, Draining: st.Draining,
-		Adaptive: g.ctrl != nil, MeanHold: st.MeanHold.Seconds(), DemandRatio: DemandRatio(st, ws),
-		Targets: TargetsStatus{TTFT: t.TTFT.Seconds(), TPOT: t.TPOT.Seconds(), E2E: t.E2E.Seconds()},
+		Adaptive: g.ctrl != nil, MeanHold: secs(st.MeanHold), DemandRatio: admission.Float(DemandRatio(st, ws)),
+		Targets: TargetsStatus{TTFT: secs(t.TTFT), TPOT: secs(t.TPOT), E2E: secs(t.E2E)},
 		Window: WindowStatus{
-			Seconds: ws.Span.Seconds(), Requests: ws.Requests, Good: ws.Good, Missed: ws.Missed,
+			Seconds: secs(ws.Span), Requests: ws.Requests, Good: ws.Good, Missed: ws.Missed,
 			Rejected: ws.Rejected, EngineErrors: ws.EngineErrors, Cancelled: ws.Cancelled, Invalid: ws.Invalid,
-			Goodput: ws.Goodput, Attainment: ws.Attainment, RejectionRate: ws.RejectionRate, Throughput: ws.Throughput,
+			Goodput: admission.Float(ws.Goodput), Attainment: admission.Float(ws.Attainment),
+			RejectionRate: admission.Float(ws.RejectionRate), Throughput: admission.Float(ws.Throughput),
 			TTFT: quantilesStatus(ws.TTFT), EngineTTFT: quantilesStatus(ws.EngineTTFT), TPOT: quantilesStatus(ws.TPOT),
 			ITL: quantilesStatus(ws.ITL), E2E: quantilesStatus(ws.E2E), QueueWait: quantilesStatus(ws.QueueWait),
 		},
@@ -161,9 +169,22 @@ func (g *Gateway) Status() Status {
 	return s
 }
 
+// serveStatus encodes the status into a buffer first: an encoding error
+// (a controller's Status holding a NaN in a plain float64, say) is a 500
+// with an OpenAI-shaped error body, and is logged, never a 200 with an
+// empty or truncated body.
 func (g *Gateway) serveStatus(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	_ = enc.Encode(g.Status())
+	if err := enc.Encode(g.Status()); err != nil {
+		g.log.Error("cannot encode /status", "err", err)
+		wire.WriteError(w, http.StatusInternalServerError, wire.TypeServer, "status_encoding",
+			"the gateway could not encode its status: "+err.Error())
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(buf.Len()))
+	_, _ = w.Write(buf.Bytes())
 }

@@ -12,7 +12,9 @@
 // controller's, and is the gateway's Controller, Observer, Gate,
 // RetryEstimator and StatusReporter at once. [ConfigFromEnv] reads the
 // knobs KNEECAP_SLO_PERCENTILE (0.9), KNEECAP_MIN_CAP (1) and
-// KNEECAP_MAX_CAP (unset: admission.DefaultMaxCap, 512).
+// KNEECAP_MAX_CAP (unset: admission.DefaultMaxCap, 512; at most
+// admission.CapLimit, 4096), with the same bounds and errors as
+// gateway.Config.Validate, which reads them too.
 //
 // # Concurrency model
 //
@@ -56,7 +58,9 @@ type Config struct {
 }
 
 // ConfigFromEnv reads the knobs from environ (as os.Environ returns it).
-// A bad value is an error whose message names the variable.
+// A bad value is a *gateway.SettingError naming the variable; the bounds
+// are gateway.Config.Validate's (the gateway reads the same variables), so
+// that the two never disagree on a value.
 func ConfigFromEnv(environ []string) (Config, error) {
 	m := make(map[string]string, len(environ))
 	for _, kv := range environ {
@@ -72,20 +76,45 @@ func ConfigFromEnv(environ []string) (Config, error) {
 		}
 		var pe env.ParseError
 		if errors.As(err, &pe) {
-			name := map[string]string{"Percentile": "SLO_PERCENTILE", "MinCap": "MIN_CAP", "MaxCap": "MAX_CAP"}[pe.Name]
-			return c, fmt.Errorf("%s%s: %w", gateway.EnvPrefix, name, pe.Err)
+			return c, bad(pe.Name, "cannot parse as a number: %v", unwrapAll(pe.Err))
 		}
 		return c, err
 	}
+	return c, c.validate()
+}
+
+// validate checks the knobs as gateway.Config.Validate checks the same
+// variables, in the same order and with the same messages.
+func (c Config) validate() error {
 	switch {
-	case c.Percentile <= 0 || c.Percentile >= 1:
-		return c, fmt.Errorf("%sSLO_PERCENTILE: %v must be between 0 and 1 (exclusive)", gateway.EnvPrefix, c.Percentile)
+	case !(c.Percentile > 0 && c.Percentile < 1): // NaN too
+		return bad("Percentile", "must be between 0 and 1 (exclusive), e.g. 0.9")
 	case c.MinCap < 1:
-		return c, fmt.Errorf("%sMIN_CAP: %d must be at least 1", gateway.EnvPrefix, c.MinCap)
+		return bad("MinCap", "must be at least 1")
 	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
-		return c, fmt.Errorf("%sMAX_CAP: %d must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", gateway.EnvPrefix, c.MaxCap, c.MinCap)
+		return bad("MaxCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
+	case c.MaxCap > admission.CapLimit:
+		return bad("MaxCap", "must be at most %d, four times the largest default of vLLM's max_num_seqs (1024)", admission.CapLimit)
+	case c.MinCap > admission.CapLimit:
+		return bad("MinCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", admission.CapLimit)
 	}
-	return c, nil
+	return nil
+}
+
+// bad is a *gateway.SettingError naming the variable of a Config field.
+func bad(field, format string, args ...any) error {
+	name := map[string]string{"Percentile": "SLO_PERCENTILE", "MinCap": "MIN_CAP", "MaxCap": "MAX_CAP"}[field]
+	return &gateway.SettingError{Var: gateway.EnvPrefix + name, Err: fmt.Errorf(format, args...)}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
 }
 
 // New returns the ControllerFunc that builds a Controller for the gateway:
