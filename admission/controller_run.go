@@ -183,9 +183,10 @@ func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
 // running when it ended. Requests that were refused or failed teach the
 // model nothing about latency and are skipped; a stream whose client went
 // away still measured what it streamed until then (and a client may close
-// its end the moment the last chunk arrived).
+// its end the moment the last chunk arrived). A request with several
+// choices is skipped too: its chunks interleave them.
 func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
-	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 ||
+	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 || rec.Choices > 1 ||
 		rec.Outcome.Has(slo.Rejected) || rec.Outcome.Has(slo.EngineError) || rec.Outcome.Has(slo.InvalidRequest) {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -209,11 +210,37 @@ func rawStream(t *testing.T, base string, tokens int) net.Conn {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(chatStream, tokens)
-	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: kneecap\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	_, err = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: kneecap\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// TestPausingClientIsNotAnEngineStall: a client that stops reading for
+// longer than the stream-idle timeout (but within its write timeout) while
+// the engine streams at full speed gets its whole stream: the relay reading
+// nothing while it waits on the client is not the engine's silence.
+func TestPausingClientIsNotAnEngineStall(t *testing.T) {
+	eng := testengine.Start(t, testengine.Uvicorn)
+	h := startGateway(t, eng, "KNEECAP_MAX_CONCURRENCY=4", "KNEECAP_SLO_TTFT=60s", "KNEECAP_SLO_TPOT=1s",
+		"KNEECAP_STREAM_IDLE_TIMEOUT=1s", "KNEECAP_CLIENT_WRITE_TIMEOUT=30s")
+	conn := rawStream(t, h.traffic, 20000)
+	defer conn.Close()
+	time.Sleep(2500 * time.Millisecond) // the buffers fill; the relay waits on this client
+	_ = conn.SetReadDeadline(time.Now().Add(60 * time.Second))
+	b, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("after %d bytes: %v", len(b), err)
+	}
+	if !strings.Contains(string(b), "[DONE]") || strings.Contains(string(b), "stream_idle_timeout") {
+		tail := b[max(0, len(b)-400):]
+		t.Fatalf("the stream did not end whole (%d bytes); its end: %q", len(b), tail)
+	}
+	if n := h.counter(t, "kneecap_requests_total", "route", "chat", "outcome", "engine_error"); n != 0 {
+		t.Errorf("%v engine errors counted for a client's pause", n)
+	}
+	settle(t, h, eng)
 }
 
 func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
 
@@ -82,6 +83,21 @@ type Config struct {
 	ClientIdleTimeout   time.Duration `env:"CLIENT_IDLE_TIMEOUT" envDefault:"120s"`
 	// MaxBodyBytes bounds a generation request body (413 beyond it).
 	MaxBodyBytes int64 `env:"MAX_BODY_BYTES" envDefault:"16777216"`
+	// MaxBodyBytesTotal bounds the request body bytes held at once across
+	// every request being read, queued or running (429 body_budget beyond
+	// it, before more of a body is read).
+	MaxBodyBytesTotal int64 `env:"MAX_BODY_BYTES_TOTAL" envDefault:"268435456"`
+	// PassthroughPaths opens paths outside the routing table (engine admin
+	// routes, say) on the traffic port: relayed as they are, never
+	// admitted. Comma-separated; a trailing * opens a prefix.
+	PassthroughPaths []string `env:"PASSTHROUGH_PATHS"`
+	// SLOHeaders says what x-slo-*-ms headers may do: any (tighten or
+	// loosen), tighten (only tighten), off (ignored). SLOHeaderFloor* are
+	// the lowest bounds a header may set; a lower value is raised to them.
+	SLOHeaders         string        `env:"SLO_HEADERS" envDefault:"any"`
+	SLOHeaderFloorTTFT time.Duration `env:"SLO_HEADER_FLOOR_TTFT" envDefault:"100ms"`
+	SLOHeaderFloorTPOT time.Duration `env:"SLO_HEADER_FLOOR_TPOT" envDefault:"5ms"`
+	SLOHeaderFloorE2E  time.Duration `env:"SLO_HEADER_FLOOR_E2E" envDefault:"500ms"`
 	// DrainTimeout bounds how long running streams may finish after
 	// SIGTERM before they are cut.
 	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" envDefault:"30s"`
@@ -108,6 +124,13 @@ type Config struct {
 // Targets returns the operator's targets.
 func (c Config) Targets() slo.Targets {
 	return slo.Targets{TTFT: c.SLOTTFT, TPOT: c.SLOTPOT, E2E: c.SLOE2E}
+}
+
+// HeaderPolicy returns what x-slo-*-ms headers may do to a request's
+// targets. SLOHeaders must have passed Validate; empty means any.
+func (c Config) HeaderPolicy() slo.HeaderPolicy {
+	mode, _ := slo.ParseHeaderMode(c.SLOHeaders)
+	return slo.HeaderPolicy{Mode: mode, Floor: slo.Targets{TTFT: c.SLOHeaderFloorTTFT, TPOT: c.SLOHeaderFloorTPOT, E2E: c.SLOHeaderFloorE2E}}
 }
 
 // Limit returns the static cap: MaxConcurrency, or DefaultMaxConcurrency
@@ -212,48 +235,114 @@ func (c Config) Validate() error {
 		return bad("Upstream", "must be an absolute http(s) URL such as http://127.0.0.1:8000")
 	case c.SLOTTFT < 0:
 		return bad("SLOTTFT", "must not be negative")
+	case c.SLOTTFT > 24*time.Hour:
+		return bad("SLOTTFT", "must be at most 24h, the most an x-slo-ttft-ms header may set")
 	case c.SLOTPOT < 0:
 		return bad("SLOTPOT", "must not be negative")
+	case c.SLOTPOT > 24*time.Hour:
+		return bad("SLOTPOT", "must be at most 24h, the most an x-slo-tpot-ms header may set")
 	case c.SLOE2E < 0:
 		return bad("SLOE2E", "must not be negative")
+	case c.SLOE2E > 24*time.Hour:
+		return bad("SLOE2E", "must be at most 24h, the most an x-slo-e2e-ms header may set")
 	case c.SLOWindow < time.Second:
 		return bad("SLOWindow", "must be at least 1s")
+	case c.SLOWindow > 24*time.Hour:
+		return bad("SLOWindow", "must be at most 24h")
 	case c.MaxConcurrency < 0:
 		return bad("MaxConcurrency", "must not be negative")
+	case c.MaxConcurrency > 4096:
+		return bad("MaxConcurrency", "must be at most 4096, four times the largest default of vLLM's max_num_seqs (1024)")
 	case !(c.SLOPercentile > 0 && c.SLOPercentile < 1):
 		return bad("SLOPercentile", "must be between 0 and 1 (exclusive), e.g. 0.9")
 	case c.MinCap < 1:
 		return bad("MinCap", "must be at least 1")
 	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
 		return bad("MaxCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
+	case c.MaxCap > 4096:
+		return bad("MaxCap", "must be at most 4096, four times the largest default of vLLM's max_num_seqs (1024)")
+	case c.MinCap > 4096:
+		return bad("MinCap", "must be at most 4096 (the highest KNEECAP_MAX_CAP)")
 	case c.MaxQueue < 0:
 		return bad("MaxQueue", "must not be negative")
+	case c.MaxQueue > 1<<20:
+		return bad("MaxQueue", "must be at most 1048576 (2^20)")
 	case c.MaxQueueWait < 0:
 		return bad("MaxQueueWait", "must not be negative")
+	case c.MaxQueueWait > 24*time.Hour:
+		return bad("MaxQueueWait", "must be at most 24h")
 	case c.FirstTokenTimeout < 0:
 		return bad("FirstTokenTimeout", "must not be negative")
+	case c.FirstTokenTimeout > 24*time.Hour:
+		return bad("FirstTokenTimeout", "must be at most 24h")
 	case c.ResponseTimeout < 0:
 		return bad("ResponseTimeout", "must not be negative")
+	case c.ResponseTimeout > 24*time.Hour:
+		return bad("ResponseTimeout", "must be at most 24h")
 	case c.StreamIdleTimeout < 0:
 		return bad("StreamIdleTimeout", "must not be negative")
+	case c.StreamIdleTimeout > 24*time.Hour:
+		return bad("StreamIdleTimeout", "must be at most 24h")
 	case c.ClientWriteTimeout < 0:
 		return bad("ClientWriteTimeout", "must not be negative")
+	case c.ClientWriteTimeout > 24*time.Hour:
+		return bad("ClientWriteTimeout", "must be at most 24h")
 	case c.UpstreamIdleTimeout < 0:
 		return bad("UpstreamIdleTimeout", "must not be negative")
+	case c.UpstreamIdleTimeout > 24*time.Hour:
+		return bad("UpstreamIdleTimeout", "must be at most 24h")
 	case c.ClientHeaderTimeout < 0:
 		return bad("ClientHeaderTimeout", "must not be negative")
+	case c.ClientHeaderTimeout > 24*time.Hour:
+		return bad("ClientHeaderTimeout", "must be at most 24h")
 	case c.ClientReadTimeout < 0:
 		return bad("ClientReadTimeout", "must not be negative")
+	case c.ClientReadTimeout > 24*time.Hour:
+		return bad("ClientReadTimeout", "must be at most 24h")
 	case c.ClientIdleTimeout < 0:
 		return bad("ClientIdleTimeout", "must not be negative")
+	case c.ClientIdleTimeout > 24*time.Hour:
+		return bad("ClientIdleTimeout", "must be at most 24h")
 	case c.MaxBodyBytes <= 0:
 		return bad("MaxBodyBytes", "must be positive")
+	case c.MaxBodyBytes > 1<<30:
+		return bad("MaxBodyBytes", "must be at most 1073741824 (1 GiB)")
+	case c.MaxBodyBytesTotal != 0 && c.MaxBodyBytesTotal < c.MaxBodyBytes:
+		return bad("MaxBodyBytesTotal", "must be at least KNEECAP_MAX_BODY_BYTES (%d)", c.MaxBodyBytes)
+	case c.MaxBodyBytesTotal > 64<<30:
+		return bad("MaxBodyBytesTotal", "must be at most 68719476736 (64 GiB)")
+	case c.SLOHeaderFloorTTFT < 0 || c.SLOHeaderFloorTTFT > 24*time.Hour:
+		return bad("SLOHeaderFloorTTFT", "must be between 0 and 24h")
+	case c.SLOHeaderFloorTPOT < 0 || c.SLOHeaderFloorTPOT > 24*time.Hour:
+		return bad("SLOHeaderFloorTPOT", "must be between 0 and 24h")
+	case c.SLOHeaderFloorE2E < 0 || c.SLOHeaderFloorE2E > 24*time.Hour:
+		return bad("SLOHeaderFloorE2E", "must be between 0 and 24h")
 	case c.DrainTimeout < 0:
 		return bad("DrainTimeout", "must not be negative")
+	case c.DrainTimeout > 24*time.Hour:
+		return bad("DrainTimeout", "must be at most 24h")
 	case !strings.HasPrefix(c.UpstreamHealthPath, "/"):
 		return bad("UpstreamHealthPath", "must start with /")
+	case !validHeaderMode(c.SLOHeaders):
+		return bad("SLOHeaders", "must be any, tighten or off")
+	case !validPassthrough(c.PassthroughPaths):
+		return bad("PassthroughPaths", "each must be a clean absolute path such as /v1/load_lora_adapter (a trailing * opens a prefix)")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("LogFormat", "must be text or json")
 	}
 	return nil
+}
+
+func validHeaderMode(s string) bool {
+	_, err := slo.ParseHeaderMode(s)
+	return err == nil || s == "" // unset in a Config built in code: any
+}
+
+func validPassthrough(paths []string) bool {
+	for _, p := range paths {
+		if !proxy.ValidPassthroughPath(p) {
+			return false
+		}
+	}
+	return true
 }

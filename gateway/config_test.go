@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -16,11 +17,12 @@ func TestConfigDefaults(t *testing.T) {
 		SLOWindow: time.Minute, MaxQueue: 1024, FirstTokenTimeout: time.Minute, MaxBodyBytes: 16 << 20,
 		ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute, ClientWriteTimeout: 30 * time.Second,
 		UpstreamIdleTimeout: 4 * time.Second, ClientHeaderTimeout: 10 * time.Second, ClientReadTimeout: time.Minute,
-		ClientIdleTimeout: 2 * time.Minute,
-		DrainTimeout:      30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
+		ClientIdleTimeout: 2 * time.Minute, MaxBodyBytesTotal: 256 << 20, SLOHeaders: "any",
+		SLOHeaderFloorTTFT: 100 * time.Millisecond, SLOHeaderFloorTPOT: 5 * time.Millisecond, SLOHeaderFloorE2E: 500 * time.Millisecond,
+		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
 		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true}
 	want.Upstream = c.Upstream
-	if c != want || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {
+	if !reflect.DeepEqual(c, want) || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
 }
@@ -45,6 +47,31 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"percentile not a number", []string{up, "KNEECAP_SLO_PERCENTILE=p90"}, "KNEECAP_SLO_PERCENTILE"},
 		{"max cap below min cap", []string{up, "KNEECAP_MIN_CAP=4", "KNEECAP_MAX_CAP=2"}, "KNEECAP_MAX_CAP"},
 		{"zero body bound", []string{up, "KNEECAP_MAX_BODY_BYTES=0"}, "KNEECAP_MAX_BODY_BYTES"},
+		// Upper bounds: a value past them is a typo or an attack on memory
+		// (KNEECAP_MAX_CAP=10000000 made one /status allocate 76 MiB).
+		{"huge max cap", []string{up, "KNEECAP_MAX_CAP=10000000"}, "KNEECAP_MAX_CAP"},
+		{"max cap past the limit", []string{up, "KNEECAP_MAX_CAP=4097"}, "KNEECAP_MAX_CAP"},
+		{"huge concurrency", []string{up, "KNEECAP_MAX_CONCURRENCY=4097"}, "KNEECAP_MAX_CONCURRENCY"},
+		{"huge min cap", []string{up, "KNEECAP_MIN_CAP=5000"}, "KNEECAP_MIN_CAP"},
+		{"min cap above max cap", []string{up, "KNEECAP_MIN_CAP=100", "KNEECAP_MAX_CAP=50"}, "KNEECAP_MAX_CAP"},
+		{"huge queue", []string{up, "KNEECAP_MAX_QUEUE=1048577"}, "KNEECAP_MAX_QUEUE"},
+		{"huge body bound", []string{up, "KNEECAP_MAX_BODY_BYTES=1073741825"}, "KNEECAP_MAX_BODY_BYTES"},
+		{"percentile NaN", []string{up, "KNEECAP_SLO_PERCENTILE=NaN"}, "KNEECAP_SLO_PERCENTILE"},
+		{"percentile Inf", []string{up, "KNEECAP_SLO_PERCENTILE=+Inf"}, "KNEECAP_SLO_PERCENTILE"},
+		{"huge ttft target", []string{up, "KNEECAP_SLO_TTFT=25h"}, "KNEECAP_SLO_TTFT"},
+		{"huge tpot target", []string{up, "KNEECAP_SLO_TPOT=25h"}, "KNEECAP_SLO_TPOT"},
+		{"huge e2e target", []string{up, "KNEECAP_SLO_E2E=25h"}, "KNEECAP_SLO_E2E"},
+		{"huge window", []string{up, "KNEECAP_SLO_WINDOW=25h"}, "KNEECAP_SLO_WINDOW"},
+		{"huge queue wait", []string{up, "KNEECAP_MAX_QUEUE_WAIT=25h"}, "KNEECAP_MAX_QUEUE_WAIT"},
+		{"huge first-token timeout", []string{up, "KNEECAP_FIRST_TOKEN_TIMEOUT=25h"}, "KNEECAP_FIRST_TOKEN_TIMEOUT"},
+		{"huge response timeout", []string{up, "KNEECAP_RESPONSE_TIMEOUT=2562047h"}, "KNEECAP_RESPONSE_TIMEOUT"},
+		{"huge stream idle timeout", []string{up, "KNEECAP_STREAM_IDLE_TIMEOUT=25h"}, "KNEECAP_STREAM_IDLE_TIMEOUT"},
+		{"huge client write timeout", []string{up, "KNEECAP_CLIENT_WRITE_TIMEOUT=25h"}, "KNEECAP_CLIENT_WRITE_TIMEOUT"},
+		{"huge upstream idle timeout", []string{up, "KNEECAP_UPSTREAM_IDLE_TIMEOUT=25h"}, "KNEECAP_UPSTREAM_IDLE_TIMEOUT"},
+		{"huge client header timeout", []string{up, "KNEECAP_CLIENT_HEADER_TIMEOUT=25h"}, "KNEECAP_CLIENT_HEADER_TIMEOUT"},
+		{"huge client read timeout", []string{up, "KNEECAP_CLIENT_READ_TIMEOUT=25h"}, "KNEECAP_CLIENT_READ_TIMEOUT"},
+		{"huge client idle timeout", []string{up, "KNEECAP_CLIENT_IDLE_TIMEOUT=25h"}, "KNEECAP_CLIENT_IDLE_TIMEOUT"},
+		{"huge drain timeout", []string{up, "KNEECAP_DRAIN_TIMEOUT=25h"}, "KNEECAP_DRAIN_TIMEOUT"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
@@ -174,7 +173,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		MaxQueueWait: cfg.MaxQueueWait, FirstTokenTimeout: cfg.FirstTokenTimeout,
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
-		MaxBodyBytes:       cfg.MaxBodyBytes, Observer: observers, Logger: g.log,
+		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
+		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths,
+		Observer: observers, Logger: g.log,
 	})
 	if err != nil {
 		return nil, err
@@ -214,19 +215,11 @@ func newTransport(idle time.Duration) *http.Transport {
 	}
 }
 
-// trafficRouter builds the traffic handler chain, in order: in-flight
-// tracking (for drain), then the two generation routes (admitted, measured)
-// and everything else passed through to the engine.
-func (g *Gateway) trafficRouter() http.Handler {
-	r := chi.NewRouter()
-	r.Use(g.track)
-	r.Method(http.MethodPost, "/v1/chat/completions", g.proxy.Generation("chat"))
-	r.Method(http.MethodPost, "/v1/completions", g.proxy.Generation("completions"))
-	pass := g.proxy.Passthrough()
-	r.NotFound(pass.ServeHTTP)
-	r.MethodNotAllowed(pass.ServeHTTP)
-	return r
-}
+// trafficRouter builds the traffic handler chain: in-flight tracking (for
+// drain), then the proxy, which routes by its own policy (proxy.Routes):
+// generation routes admitted and measured, engine-time routes admitted,
+// read-only routes relayed, every other path 404.
+func (g *Gateway) trafficRouter() http.Handler { return g.track(g.proxy) }
 
 func (g *Gateway) track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -28,7 +28,7 @@ func BenchmarkGatewayStream(b *testing.B) {
 	sb.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n")
 	sb.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":100,\"total_tokens\":105}}\n\n")
 	sb.WriteString("data: [DONE]\n\n")
-	cfg, err := gateway.ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://engine", "KNEECAP_MAX_CONCURRENCY=100000", "KNEECAP_MAX_QUEUE=100000"})
+	cfg, err := gateway.ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://engine", "KNEECAP_MAX_CONCURRENCY=4096", "KNEECAP_MAX_QUEUE=100000"})
 	if err != nil {
 		b.Fatal(err)
 	}

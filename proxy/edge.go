@@ -31,6 +31,9 @@ const (
 	reasonResponseTimeout   = "response_timeout"
 	reasonBadResponse       = "engine_bad_response"
 	reasonClientTooSlow     = "client_too_slow"
+	reasonBodyBudget        = "body_budget"
+	reasonRouteNotFound     = "route_not_found"
+	reasonMethodNotAllowed  = "method_not_allowed"
 )
 
 // errFirstTokenTimeout is the cancel cause when the engine sent no output

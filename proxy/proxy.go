@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -24,6 +25,10 @@ import (
 // Config.MaxBodyBytes is zero.
 const DefaultMaxBodyBytes = 16 << 20
 
+// DefaultMaxBodyBytesTotal bounds the body bytes held across requests when
+// Config.MaxBodyBytesTotal is zero.
+const DefaultMaxBodyBytesTotal = 256 << 20
+
 // Config configures a Proxy. Like httputil.ReverseProxy, every hook field
 // says what nil means.
 type Config struct {
@@ -39,8 +44,15 @@ type Config struct {
 	// cap and no queue.
 	Limiter *admission.Limiter
 	// Targets are the operator's latency targets; requests may override
-	// them with x-slo-*-ms headers.
+	// them with x-slo-*-ms headers as Headers allows.
 	Targets slo.Targets
+	// Headers bounds what a request's x-slo-*-ms headers may do to its
+	// targets. The zero value lets them tighten or loosen freely.
+	Headers slo.HeaderPolicy
+	// Passthrough are paths outside the routing table (Routes) that the
+	// operator opens: relayed as they are, never admitted. A trailing "*"
+	// opens a prefix. Every other path outside the table gets a 404.
+	Passthrough []string
 	// MaxQueueWait bounds a request's time in the limiter's queue. Zero
 	// means the request's own TTFT target (after overrides): a request
 	// that waited that long would miss it anyway.
@@ -67,6 +79,11 @@ type Config struct {
 	// MaxBodyBytes bounds a generation request body (413 beyond it). Zero
 	// means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxBodyBytesTotal bounds the request body bytes held at once across
+	// every request being read, queued or running: beyond it a request is
+	// refused (429 body_budget) before more of its body is read. Zero
+	// means DefaultMaxBodyBytesTotal.
+	MaxBodyBytesTotal int64
 	// Observer receives live measurements. nil means none; use Observers
 	// to fan out to several.
 	Observer Observer
@@ -84,6 +101,8 @@ type Proxy struct {
 	obs       Observer
 	log       *slog.Logger
 	pass      *httputil.ReverseProxy
+	routes    *router
+	bodies    *bodyBudget
 	running   atomic.Int64 // generation requests forwarded and not ended
 }
 
@@ -107,6 +126,16 @@ func New(cfg Config) (*Proxy, error) {
 	if p.cfg.MaxBodyBytes <= 0 {
 		p.cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if p.cfg.MaxBodyBytesTotal <= 0 {
+		p.cfg.MaxBodyBytesTotal = DefaultMaxBodyBytesTotal
+	}
+	for _, path := range cfg.Passthrough {
+		if !ValidPassthroughPath(path) {
+			return nil, fmt.Errorf("proxy: passthrough path %q must be a clean absolute path such as /v1/load_lora_adapter (a trailing * opens a prefix)", path)
+		}
+	}
+	p.routes = newRouter(cfg.Passthrough)
+	p.bodies = newBodyBudget(p.cfg.MaxBodyBytesTotal)
 	up := cfg.Upstream
 	p.pass = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -136,28 +165,25 @@ func (p *Proxy) Running() int { return int(p.running.Load()) }
 // because their reused connection failed before any response byte.
 func (p *Proxy) Retries() int64 { return p.transport.retries.Load() }
 
-// Generation returns the handler of a generation route ("chat" for POST
-// /v1/chat/completions, "completions" for POST /v1/completions): admitted,
-// measured, judged. The route string labels records and metrics.
-func (p *Proxy) Generation(route string) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.serveGeneration(w, r, route) })
-}
-
-// Passthrough returns the handler for every other path: relayed to the
-// engine unchanged (streamed responses flushed at once), not counted.
-// A request body of known length up to MaxBodyBytes is read whole first,
-// as on the generation routes, so that an engine answering before it read
-// the body cannot break the stream (golang/go#40747); larger or chunked
-// bodies (uploads) stream through as httputil.ReverseProxy relays them.
-func (p *Proxy) Passthrough() http.Handler { return http.HandlerFunc(p.servePassthrough) }
-
+// servePassthrough relays a request to the engine unchanged (streamed
+// responses flushed at once), not counted. A request body of known length
+// up to MaxBodyBytes is read whole first (within the body budget), as on
+// the generation routes, so that an engine answering before it read the
+// body cannot break the stream (golang/go#40747); larger or chunked bodies
+// (uploads) stream through as httputil.ReverseProxy relays them.
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > 0 && r.ContentLength <= p.cfg.MaxBodyBytes {
-		body, err := readGrowing(io.LimitReader(r.Body, r.ContentLength), r.ContentLength)
+		held := p.bodies.reader(io.LimitReader(r.Body, r.ContentLength), r.ContentLength)
+		defer held.release()
+		body, err := readGrowing(held, r.ContentLength)
 		if err == nil && int64(len(body)) < r.ContentLength {
 			err = io.ErrUnexpectedEOF
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errBodyBudget):
+			writeBodyBudget(w)
+			return
+		case err != nil:
 			if r.Context().Err() == nil {
 				wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadBody, "could not read the request body")
 			}
@@ -169,19 +195,70 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	p.pass.ServeHTTP(w, r)
 }
 
-// ServeHTTP routes by itself, for use without a router: the two generation
-// routes on POST, everything else passed through.
+// ServeHTTP is the traffic handler: it routes by the policy in Routes
+// (see routes.go) on the canonical path, and sends the engine that path.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodPost {
-		switch r.URL.Path {
-		case "/v1/chat/completions":
-			p.serveGeneration(w, r, "chat")
-			return
-		case "/v1/completions":
-			p.serveGeneration(w, r, "completions")
-			return
-		}
+	canon := CanonicalPath(r.URL.Path)
+	rt, ok := p.routes.match(canon)
+	if !ok {
+		wire.WriteError(w, http.StatusNotFound, wire.TypeInvalidRequest, reasonRouteNotFound,
+			"no such route on this gateway (engine admin routes are closed unless the operator opens them)")
+		return
 	}
+	if !rt.allows(r.Method) {
+		w.Header().Set("Allow", strings.Join(rt.Methods, ", "))
+		wire.WriteError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, reasonMethodNotAllowed,
+			"method "+r.Method+" is not allowed on this route")
+		return
+	}
+	if canon != r.URL.Path || r.URL.RawPath != "" {
+		u := *r.URL
+		u.Path, u.RawPath = canon, ""
+		r.URL = &u
+	}
+	switch rt.Access {
+	case Generation:
+		p.serveGeneration(w, r, rt)
+	case Admitted:
+		p.serveAdmitted(w, r)
+	default:
+		p.servePassthrough(w, r)
+	}
+}
+
+// serveAdmitted serves a route that costs engine time without a token
+// stream (embeddings, rerank, ...): it holds a slot like a generation
+// request (queued or refused alike) and is relayed as it is, not measured.
+func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
+	lim := p.cfg.Limiter
+	if lim == nil {
+		p.servePassthrough(w, r)
+		return
+	}
+	targets, err := p.cfg.Headers.Apply(p.cfg.Targets, r.Header)
+	if err != nil {
+		wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadHeader, err.Error())
+		return
+	}
+	areq := admission.Request{Arrival: time.Now(), Targets: targets, MaxWait: p.maxWait(targets)}
+	if re := lim.Precheck(areq); re != nil {
+		writeReject(w, re)
+		return
+	}
+	if r.ContentLength > p.cfg.MaxBodyBytes {
+		wire.WriteError(w, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest, reasonBodyTooLarge,
+			"request body larger than "+strconv.FormatInt(p.cfg.MaxBodyBytes, 10)+" bytes")
+		return
+	}
+	ticket, err := lim.Acquire(r.Context(), areq)
+	if err != nil {
+		if re := admission.AsReject(err); re != nil {
+			writeReject(w, re)
+		}
+		return
+	}
+	defer ticket.Release()
+	ticket.FirstToken() // no token stream: it must not hold back a prefill
 	p.servePassthrough(w, r)
 }
 
@@ -197,6 +274,8 @@ type exchange struct {
 	err        error             // the underlying cause of an engine failure, for the log
 	ticket     *admission.Ticket // nil without a limiter
 	deadline   clientDeadline    // the write deadline on the client's connection
+	shape      wire.Shape        // the route's body and stream format
+	idle       *idleWatch        // bounds the engine's silence; nil without a bound
 }
 
 func (x *exchange) fail(o slo.Outcome, reason string, status int) {
@@ -212,26 +291,37 @@ func (x *exchange) errorResponse(o slo.Outcome, reason string, status int, errTy
 	wire.WriteError(x.w, status, errType, reason, msg)
 }
 
-func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route string) {
-	x := &exchange{w: w, r: r, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
-	x.rec = slo.Record{Route: route, Arrival: time.Now(), Targets: p.cfg.Targets}
+func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
+	x := &exchange{w: w, r: r, shape: rt.Shape, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
+	x.rec = slo.Record{Route: rt.Name, Arrival: time.Now(), Targets: p.cfg.Targets}
 	defer p.finish(x)
 
-	body, ok := p.readBody(x)
+	// What the headers decide comes before the body is read: a request
+	// refused anyway does not upload it first.
+	var err error
+	if x.rec.Targets, err = p.cfg.Headers.Apply(p.cfg.Targets, r.Header); err != nil {
+		x.errorResponse(slo.InvalidRequest, reasonBadHeader, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
+		return
+	}
+	areq := admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: p.maxWait(x.rec.Targets)}
+	if !p.precheck(x, areq) {
+		return
+	}
+	body, release, ok := p.readBody(x)
 	if !ok {
 		return
 	}
-	req, err := wire.ParseRequest(body)
+	defer release()
+	req, err := wire.ParseRequestAs(rt.Shape, body)
 	if err != nil {
 		x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
 		return
 	}
 	x.rec.Model, x.rec.Streamed = req.Model, req.Stream
-	if x.rec.Targets, err = p.cfg.Targets.WithHeaders(r.Header); err != nil {
-		x.errorResponse(slo.InvalidRequest, reasonBadHeader, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
-		return
+	if req.N > 1 {
+		x.rec.Choices = req.N
 	}
-	if req.Stream && !req.WantsUsage() {
+	if rt.Shape == wire.ShapeOpenAI && req.Stream && !req.WantsUsage() {
 		if body, err = wire.EnsureIncludeUsage(body); err != nil {
 			x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
 			return
@@ -240,11 +330,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route st
 	}
 
 	if lim := p.cfg.Limiter; lim != nil {
-		maxWait := p.cfg.MaxQueueWait
-		if maxWait == 0 {
-			maxWait = x.rec.Targets.TTFT
-		}
-		ticket, err := lim.Acquire(r.Context(), admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: maxWait})
+		ticket, err := lim.Acquire(r.Context(), areq)
 		if err != nil {
 			if re := admission.AsReject(err); re != nil {
 				x.fail(slo.Rejected, re.Reason(), writeReject(w, re))
@@ -265,27 +351,61 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, route st
 	p.forward(x, body)
 }
 
-// readBody reads the whole request body, bounded by MaxBodyBytes. Reading
-// it before forwarding is also what keeps the engine from racing the
-// client's body (golang/go#40747): the outbound body is a bytes.Reader
-// that the gateway owns.
-func (p *Proxy) readBody(x *exchange) ([]byte, bool) {
-	limit := p.cfg.MaxBodyBytes
-	body, err := readGrowing(http.MaxBytesReader(x.w, x.r.Body, limit), min(x.r.ContentLength, limit))
-	if err == nil {
-		return body, true
+// maxWait is a request's queue-wait bound: the operator's, or else its own
+// TTFT target (a request that waited that long would miss it anyway).
+func (p *Proxy) maxWait(t slo.Targets) time.Duration {
+	if p.cfg.MaxQueueWait > 0 {
+		return p.cfg.MaxQueueWait
 	}
+	return t.TTFT
+}
+
+// precheck refuses, before the body is read, a request that admission
+// would refuse whatever its body says (draining, a full queue). It reports
+// whether the request may go on.
+func (p *Proxy) precheck(x *exchange, req admission.Request) bool {
+	if p.cfg.Limiter == nil {
+		return true
+	}
+	if re := p.cfg.Limiter.Precheck(req); re != nil {
+		x.fail(slo.Rejected, re.Reason(), writeReject(x.w, re))
+		return false
+	}
+	return true
+}
+
+// readBody reads the whole request body, bounded by MaxBodyBytes and by
+// the budget of body bytes held across requests; release gives its bytes
+// back to the budget (call it when the request has ended). Reading it
+// before forwarding is also what keeps the engine from racing the client's
+// body (golang/go#40747): the outbound body is a bytes.Reader that the
+// gateway owns.
+func (p *Proxy) readBody(x *exchange) (body []byte, release func(), ok bool) {
+	limit := p.cfg.MaxBodyBytes
+	if x.r.ContentLength > limit {
+		x.errorResponse(slo.InvalidRequest, reasonBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest,
+			"request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
+		return nil, nil, false
+	}
+	held := p.bodies.reader(http.MaxBytesReader(x.w, x.r.Body, limit), x.r.ContentLength)
+	body, err := readGrowing(held, min(x.r.ContentLength, limit))
+	if err == nil {
+		return body, held.release, true
+	}
+	held.release()
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		x.errorResponse(slo.InvalidRequest, reasonBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest,
 			"request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
+	case errors.Is(err, errBodyBudget):
+		x.fail(slo.Rejected, reasonBodyBudget, writeBodyBudget(x.w))
 	case x.r.Context().Err() != nil:
 		x.fail(slo.ClientCancelled, "", 0)
 	default:
 		x.errorResponse(slo.InvalidRequest, reasonBadBody, http.StatusBadRequest, wire.TypeInvalidRequest, "could not read the request body")
 	}
-	return nil, false
+	return nil, nil, false
 }
 
 // initialBodyBuffer bounds the buffer a request body starts with: a
@@ -337,9 +457,10 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		}
 		return
 	}
-	var stopIdle func()
-	resp.Body, stopIdle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, cancel)
-	defer stopIdle()
+	// A stream waits for its first token under the first-token timeout
+	// alone: the idle bound starts at it.
+	resp.Body, x.idle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, !(x.rec.Streamed && timer != nil), cancel)
+	defer x.idle.stop()
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
 		p.relayStream(ctx, x, resp, timer)
@@ -347,6 +468,7 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 	}
 	if timer != nil && x.rec.Streamed {
 		timer.Stop() // an answer that is not a stream: no first chunk to wait for
+		x.idle.arm()
 	}
 	p.relayWhole(ctx, x, resp)
 }

@@ -381,19 +381,20 @@ func TestPassthrough(t *testing.T) {
 // setup.)
 func TestNoBrokenStreams(t *testing.T) {
 	eng := &proxytest.Engine{Flavor: proxytest.VLLM, HeadersFirst: true, Chunks: 8, TokensPerChunk: 2}
-	// The passthrough path /v1/responses streams the same way.
+	// The passthrough path /v1/stream (opened by the operator) streams the
+	// same way.
 	mux := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/responses" {
+		if r.URL.Path == "/v1/stream" {
 			r.URL.Path = "/v1/chat/completions"
 		}
 		eng.ServeHTTP(w, r)
 	})
-	s := newSetup(t, mux, Config{})
+	s := newSetup(t, mux, Config{Passthrough: []string{"/v1/stream"}})
 	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("word ", 40_000) + `"}]}`)
 	for _, tt := range []struct {
 		path  string
 		total int
-	}{{"/v1/chat/completions", 200}, {"/v1/responses", 100}} {
+	}{{"/v1/chat/completions", 200}, {"/v1/stream", 100}} {
 		var mu sync.Mutex
 		broken := 0
 		var wg sync.WaitGroup

@@ -76,7 +76,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		if ev.Data != nil {
 			if ev.IsDone() {
 				done = true
-			} else if info, err := wire.Inspect(ev.Data); err == nil {
+			} else if info, err := wire.InspectAs(x.shape, ev.Data); err == nil {
 				if info.Usage != nil {
 					usage, haveUsage = *info.Usage, true
 				}
@@ -95,13 +95,16 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 						if timer != nil {
 							timer.Stop()
 						}
+						x.idle.arm()
 						rec.TTFT, rec.EngineTTFT = now.Sub(rec.Arrival), now.Sub(x.forwarded)
 						firstObs, haveFirstObs = FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
-							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, true
+							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, rec.Choices == 0
 					} else {
 						gap := now.Sub(last)
 						rec.MaxITL = max(rec.MaxITL, gap)
-						chunkObs = append(chunkObs, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
+						if rec.Choices == 0 { // several choices interleave: their gaps are no one's
+							chunkObs = append(chunkObs, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
+						}
 					}
 					last = now
 				}
@@ -139,7 +142,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	}
 
 	if haveUsage {
-		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, usage.CompletionTokens
+		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, perChoice(usage.CompletionTokens, rec.Choices)
 	} else {
 		rec.OutputTokens, rec.Estimated = rec.OutputChunks, true
 	}
@@ -296,8 +299,8 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 		x.fail(slo.EngineError, reasonEngineStatus, 0)
 		return
 	}
-	if info, err := wire.Inspect(body); err == nil && info.Usage != nil {
-		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, info.Usage.CompletionTokens
+	if info, err := wire.InspectAs(x.shape, body); err == nil && info.Usage != nil {
+		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, perChoice(info.Usage.CompletionTokens, rec.Choices)
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown
 	}
@@ -332,6 +335,15 @@ func copyRetryAfter(dst, src http.Header) {
 	if v := src.Get("Retry-After"); v != "" {
 		dst.Set("Retry-After", v)
 	}
+}
+
+// perChoice is a request's output tokens per choice: the usage report
+// counts every choice's.
+func perChoice(tokens, choices int) int {
+	if choices > 1 {
+		return tokens / choices
+	}
+	return tokens
 }
 
 // countingReader counts the bytes read through it, so the relay knows when

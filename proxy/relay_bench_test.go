@@ -42,7 +42,7 @@ func BenchmarkRelayStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := p.Generation("chat")
+	h := p // routes POST /v1/chat/completions to the generation handler
 	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 	b.SetBytes(int64(sb.Len()))
 	b.ReportAllocs()

@@ -68,30 +68,59 @@ func replayable(req *http.Request) bool {
 	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
 }
 
-// idleWatch bounds the silence of a response body: when no byte arrived
-// for the bound, it cancels the request's context with errStreamIdle. Reads
-// only store a time; one timer checks it, re-arming itself for the rest of
-// the bound, so a busy stream costs no timer operation per event.
+// idleWatch bounds the silence of a response body: when a read waited for
+// the bound with no byte, it cancels the request's context with
+// errStreamIdle. Only time spent waiting in a read counts: while the relay
+// is busy writing to a slow client it reads nothing, and that is the
+// client's time (bounded by the client write timeout), not the engine's.
+// A watch may start disarmed: a stream waits for its first token under the
+// first-token timeout alone (a long prefill is silent), and is armed at it.
+// Reads store two words; one timer checks them, re-arming itself for the
+// rest of the bound, so a busy stream costs no timer operation per event.
 type idleWatch struct {
-	body   io.ReadCloser
-	bound  time.Duration
-	cancel context.CancelCauseFunc
-	start  time.Time
-	last   atomic.Int64 // time of the last read that returned bytes, since start
-	timer  *time.Timer
+	body    io.ReadCloser
+	bound   time.Duration
+	cancel  context.CancelCauseFunc
+	start   time.Time
+	armed   atomic.Bool
+	waiting atomic.Bool  // a read is outstanding
+	last    atomic.Int64 // when the outstanding read began or last returned bytes, since start
+	timer   *time.Timer
 }
 
-// watchIdle wraps body; a zero bound returns body unwatched and a no-op stop.
-func watchIdle(body io.ReadCloser, bound time.Duration, cancel context.CancelCauseFunc) (io.ReadCloser, func()) {
+// watchIdle wraps body; a zero bound returns body unwatched (and a nil
+// watch, whose methods do nothing). The watch starts armed unless told.
+func watchIdle(body io.ReadCloser, bound time.Duration, armed bool, cancel context.CancelCauseFunc) (io.ReadCloser, *idleWatch) {
 	if bound <= 0 {
-		return body, func() {}
+		return body, nil
 	}
 	w := &idleWatch{body: body, bound: bound, cancel: cancel, start: time.Now()}
+	w.armed.Store(armed)
+	w.waiting.Store(true) // the headers are in; the body has yet to come
 	w.timer = time.AfterFunc(bound, w.check)
-	return w, func() { w.timer.Stop() }
+	return w, w
+}
+
+// arm starts bounding the silence from now.
+func (w *idleWatch) arm() {
+	if w != nil && !w.armed.Load() {
+		w.last.Store(int64(time.Since(w.start)))
+		w.armed.Store(true)
+	}
+}
+
+// stop ends the watch.
+func (w *idleWatch) stop() {
+	if w != nil {
+		w.timer.Stop()
+	}
 }
 
 func (w *idleWatch) check() {
+	if !w.armed.Load() || !w.waiting.Load() {
+		w.timer.Reset(w.bound) // before the first token, or the relay is writing
+		return
+	}
 	silent := time.Since(w.start) - time.Duration(w.last.Load())
 	if silent >= w.bound {
 		w.cancel(errStreamIdle)
@@ -101,10 +130,10 @@ func (w *idleWatch) check() {
 }
 
 func (w *idleWatch) Read(p []byte) (int, error) {
+	w.last.Store(int64(time.Since(w.start)))
+	w.waiting.Store(true)
 	n, err := w.body.Read(p)
-	if n > 0 {
-		w.last.Store(int64(time.Since(w.start)))
-	}
+	w.waiting.Store(false)
 	return n, err
 }
 

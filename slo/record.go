@@ -128,6 +128,12 @@ type Record struct {
 	// Estimated is true when the engine sent no usage report and
 	// OutputTokens is the number of output chunks instead.
 	Estimated bool `json:"estimated,omitempty"`
+	// Choices is the request's n when it asked for several choices (0
+	// otherwise). OutputTokens is then per choice (the usage report's
+	// completion tokens divided by n), so that TPOT is a choice's; such a
+	// request's chunks interleave its choices, so it is judged but not fed
+	// to the controller's model.
+	Choices int `json:"choices,omitempty"`
 
 	// Outcome is the judgement (see Judge).
 	Outcome Outcome `json:"outcome"`

@@ -201,3 +201,39 @@ func FuzzWithHeaders(f *testing.F) {
 		}
 	})
 }
+
+func TestHeaderPolicy(t *testing.T) {
+	base := Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond}
+	floor := Targets{TTFT: 100 * time.Millisecond, TPOT: 5 * time.Millisecond, E2E: time.Second}
+	hdr := func(kv ...string) http.Header {
+		h := http.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	for _, tt := range []struct {
+		name string
+		mode HeaderMode
+		h    http.Header
+		want Targets
+		err  bool
+	}{
+		{"any: looser", HeadersAny, hdr(HeaderTTFT, "5000"), Targets{TTFT: 5 * time.Second, TPOT: 100 * time.Millisecond}, false},
+		{"any: 0 is no bound", HeadersAny, hdr(HeaderTTFT, "0"), Targets{TPOT: 100 * time.Millisecond}, false},
+		{"any: below the floor is the floor", HeadersAny, hdr(HeaderTPOT, "1", HeaderE2E, "10"), Targets{TTFT: time.Second, TPOT: 5 * time.Millisecond, E2E: time.Second}, false},
+		{"tighten: tighter", HeadersTighten, hdr(HeaderTTFT, "500"), Targets{TTFT: 500 * time.Millisecond, TPOT: 100 * time.Millisecond}, false},
+		{"tighten: looser ignored", HeadersTighten, hdr(HeaderTTFT, "5000", HeaderTPOT, "0"), base, false},
+		{"tighten: a new bound is tighter than none", HeadersTighten, hdr(HeaderE2E, "30000"), Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond, E2E: 30 * time.Second}, false},
+		{"off: ignored", HeadersOff, hdr(HeaderTTFT, "10"), base, false},
+		{"off: malformed still an error", HeadersOff, hdr(HeaderTTFT, "x"), base, true},
+		{"any: malformed", HeadersAny, hdr(HeaderTPOT, "-1"), base, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := HeaderPolicy{Mode: tt.mode, Floor: floor}.Apply(base, tt.h)
+			if got != tt.want || (err != nil) != tt.err {
+				t.Fatalf("Apply = %+v, %v; want %+v, error %v", got, err, tt.want, tt.err)
+			}
+		})
+	}
+}

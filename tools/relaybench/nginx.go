@@ -96,7 +96,7 @@ func kneecapEnv(listen, admin, upstream string, extra []string) []string {
 		"KNEECAP_UPSTREAM=http://"+upstream,
 		"KNEECAP_LISTEN="+listen,
 		"KNEECAP_ADMIN_LISTEN="+admin,
-		"KNEECAP_MAX_CONCURRENCY=100000",
+		"KNEECAP_MAX_CONCURRENCY=4096",
 		"KNEECAP_MAX_QUEUE=100000",
 	)
 	return append(env, extra...)

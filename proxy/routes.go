@@ -1,0 +1,171 @@
+package proxy
+
+import (
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/kneecap/kneecap/wire"
+)
+
+// Access is what the gateway does with a request to one engine path.
+type Access uint8
+
+// Accesses.
+const (
+	// Closed paths get an OpenAI-shaped 404 and never reach the engine:
+	// every path not in the table (engine admin routes among them) unless
+	// the operator opened it.
+	Closed Access = iota
+	// Generation paths are admitted (a slot, the queue, refusals),
+	// measured and judged.
+	Generation
+	// Admitted paths cost engine time but stream no tokens (embeddings,
+	// rerank, score, pooling, transcription): admitted like a generation
+	// request and relayed, not measured.
+	Admitted
+	// ReadOnly paths are relayed as they are: the engine's model list,
+	// health, metrics, version and tokenizer.
+	ReadOnly
+)
+
+// Route is the gateway's policy for one path: what it does with it, on
+// which methods, and for a generation route the label of its records and
+// the shape of its body and stream.
+type Route struct {
+	Path    string
+	Access  Access
+	Methods []string // allowed methods; others get 405
+	Name    string   // the "route" label of records and metrics (generation only)
+	Shape   wire.Shape
+}
+
+// Routes is the routing policy: every generation route of vLLM, SGLang and
+// llama.cpp's server, the engine-time routes without tokens, and the
+// read-only routes. Paths are matched after decoding and cleaning (see
+// CanonicalPath), and the engine is sent the canonical path, so what is
+// matched is what the engine routes. The table is in docs/gateway.md.
+var Routes = []Route{
+	// OpenAI-compatible generation (all three engines; llama.cpp also
+	// without /v1).
+	{Path: "/v1/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI},
+	{Path: "/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI},
+	{Path: "/v1/completions", Access: Generation, Methods: methodsPost, Name: "completions", Shape: wire.ShapeOpenAI},
+	{Path: "/completions", Access: Generation, Methods: methodsPost, Name: "completion", Shape: wire.ShapeLlamaCpp}, // llama.cpp: its native shape
+	// vLLM's Responses API: typed stream events.
+	{Path: "/v1/responses", Access: Generation, Methods: methodsPost, Name: "responses", Shape: wire.ShapeResponses},
+	// llama.cpp's native completion and infill.
+	{Path: "/completion", Access: Generation, Methods: methodsPost, Name: "completion", Shape: wire.ShapeLlamaCpp},
+	{Path: "/infill", Access: Generation, Methods: methodsPost, Name: "completion", Shape: wire.ShapeLlamaCpp},
+	// SGLang's native generation.
+	{Path: "/generate", Access: Generation, Methods: methodsPost, Name: "generate", Shape: wire.ShapeSGLang},
+
+	// Engine time without a token stream.
+	{Path: "/v1/embeddings", Access: Admitted, Methods: methodsPost},
+	{Path: "/embeddings", Access: Admitted, Methods: methodsPost},
+	{Path: "/embedding", Access: Admitted, Methods: methodsPost},
+	{Path: "/v1/rerank", Access: Admitted, Methods: methodsPost},
+	{Path: "/v2/rerank", Access: Admitted, Methods: methodsPost},
+	{Path: "/rerank", Access: Admitted, Methods: methodsPost},
+	{Path: "/reranking", Access: Admitted, Methods: methodsPost},
+	{Path: "/v1/score", Access: Admitted, Methods: methodsPost},
+	{Path: "/score", Access: Admitted, Methods: methodsPost},
+	{Path: "/pooling", Access: Admitted, Methods: methodsPost},
+	{Path: "/classify", Access: Admitted, Methods: methodsPost},
+	{Path: "/v1/audio/transcriptions", Access: Admitted, Methods: methodsPost},
+	{Path: "/v1/audio/translations", Access: Admitted, Methods: methodsPost},
+
+	// Read-only.
+	{Path: "/v1/models", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/models", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/health", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/metrics", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/version", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/ping", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/get_model_info", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/get_server_info", Access: ReadOnly, Methods: methodsGet},
+	{Path: "/props", Access: ReadOnly, Methods: methodsGet}, // POST /props changes the server: closed
+	{Path: "/tokenize", Access: ReadOnly, Methods: methodsPost},
+	{Path: "/detokenize", Access: ReadOnly, Methods: methodsPost},
+}
+
+var (
+	methodsPost = []string{http.MethodPost}
+	methodsGet  = []string{http.MethodGet, http.MethodHead}
+)
+
+// CanonicalPath is the path the gateway matches and forwards: decoded (as
+// net/http decodes URL.Path: "%63" is "c"), cleaned (no "." or ".."
+// segments, no doubled or trailing slashes), rooted. The engines route on
+// the decoded path too, and the gateway sends them this form, so a
+// percent-encoded, doubled or trailing-slash variant of a route is that
+// route.
+func CanonicalPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	return path.Clean("/" + p)
+}
+
+// router finds the route of a canonical path.
+type router struct {
+	exact map[string]Route
+	open  []string // the operator's passthrough paths; a trailing "*" matches a prefix
+}
+
+func newRouter(passthrough []string) *router {
+	r := &router{exact: make(map[string]Route, len(Routes))}
+	for _, rt := range Routes {
+		r.exact[rt.Path] = rt
+	}
+	for _, p := range passthrough {
+		if strings.HasSuffix(p, "*") {
+			r.open = append(r.open, CanonicalPath(strings.TrimSuffix(p, "*"))+"*")
+		} else {
+			r.open = append(r.open, CanonicalPath(p))
+		}
+	}
+	return r
+}
+
+// match returns the route of the canonical path p. A path in the table
+// keeps its policy; the operator's passthrough paths open others (any
+// method) as read-only relays, never a generation route's admission.
+func (r *router) match(p string) (Route, bool) {
+	if rt, ok := r.exact[p]; ok {
+		return rt, true
+	}
+	if strings.HasPrefix(p, "/v1/models/") {
+		return Route{Path: p, Access: ReadOnly, Methods: methodsGet}, true
+	}
+	for _, o := range r.open {
+		prefix, isPrefix := strings.CutSuffix(o, "*")
+		if p == o || (isPrefix && (p == strings.TrimSuffix(prefix, "/") || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"))) {
+			return Route{Path: p, Access: ReadOnly}, true
+		}
+	}
+	return Route{}, false
+}
+
+func (rt Route) allows(method string) bool {
+	if rt.Methods == nil {
+		return true
+	}
+	for _, m := range rt.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// ValidPassthroughPath reports whether p is usable as an operator's
+// passthrough path: absolute, and already canonical (with an optional
+// trailing "*").
+func ValidPassthroughPath(p string) bool {
+	q := strings.TrimSuffix(p, "*")
+	if strings.HasSuffix(p, "*") && strings.HasSuffix(q, "/") && len(q) > 1 {
+		q = strings.TrimSuffix(q, "/")
+	}
+	return strings.HasPrefix(q, "/") && CanonicalPath(q) == q && q != "/"
+}
