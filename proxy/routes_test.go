@@ -214,3 +214,33 @@ func TestBodyBudget(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLenientAndPerChoice: a float max_tokens relays as vLLM would take it;
+// a request with n = 2 is judged per choice and kept out of the live
+// measurements (its chunks interleave the choices).
+func TestLenientAndPerChoice(t *testing.T) {
+	s := newSetup(t, &proxytest.Engine{Chunks: 4}, Config{})
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","stream":true,"max_tokens":256.0,"messages":[]}`)
+	if body := readAll(t, resp); resp.StatusCode != 200 || !strings.Contains(body, "[DONE]") {
+		t.Fatalf("max_tokens 256.0: status %d body %s", resp.StatusCode, body)
+	}
+	if r := s.rec.last(t); r.OutputTokens != 4 || r.Choices != 0 {
+		t.Fatalf("record %+v", r)
+	}
+	s.rec.mu.Lock()
+	chunksBefore := len(s.rec.chunks)
+	s.rec.mu.Unlock()
+	resp = post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","stream":true,"n":2,"messages":[]}`)
+	if body := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("n 2: status %d body %s", resp.StatusCode, body)
+	}
+	r := s.rec.last(t)
+	if r.Choices != 2 || r.OutputTokens != 2 {
+		t.Fatalf("n 2: record %+v, want 2 choices of 2 output tokens each", r)
+	}
+	s.rec.mu.Lock()
+	defer s.rec.mu.Unlock()
+	if len(s.rec.chunks) != chunksBefore {
+		t.Fatalf("n 2: %d chunk observations, want none", len(s.rec.chunks)-chunksBefore)
+	}
+}
