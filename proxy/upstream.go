@@ -97,7 +97,10 @@ func watchIdle(body io.ReadCloser, bound time.Duration, armed bool, cancel conte
 	w := &idleWatch{body: body, bound: bound, cancel: cancel, start: time.Now()}
 	w.armed.Store(armed)
 	w.waiting.Store(true) // the headers are in; the body has yet to come
-	w.timer = time.AfterFunc(bound, w.check)
+	// check reads w.timer: set it before the timer can fire (Reset orders
+	// the store before the callback).
+	w.timer = time.AfterFunc(time.Hour, w.check)
+	w.timer.Reset(bound)
 	return w, w
 }
 
