@@ -17,12 +17,20 @@
 //   - suite.go: [RunSuite] runs every mode of every scenario, each in its
 //     own testing/synctest bubble, in parallel up to -test.parallel; the
 //     open-loop scenarios take their rates from scenario 1's oracle.
+//     [RunRealTime] runs a scenario over TCP in real time instead.
 //   - result.go, report.go: goodput from the bench's records over the
 //     measured window (and its halves), convergence of a cap's trajectory,
 //     the table, the JSON rows with the issue's field names, and the
 //     threshold checks.
-//   - bubble.go: [InBubbles] lets `kneecap scenarios`, which is not a test,
-//     use synctest through testing.MainStart.
+//   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
+//     suite (synctest needs a test): the full sweep checked against the
+//     issue's thresholds, or what its flags choose (scenarios, caps, seed,
+//     timing, a JSON file, real time), stopping on Ctrl-C.
+//
+// The serving binary (cmd/kneecap) links no testing package, so the suite
+// has no subcommand there; it runs as a test (-args -h lists its flags):
+//
+//	go test -v -count=1 -timeout 0 -run TestScenarios ./scenarios/ -args -h
 //
 // Definitions (vLLM's, as in the brief): TTFT from the moment the client
 // sent the request (closed loop) or it was due (open loop) to the first

@@ -31,6 +31,10 @@ type Options struct {
 	Seed uint64
 	// Progress, when set, is told about every finished run.
 	Progress func(sc Scenario, res RunResult)
+	// Context, when set and done, stops the suite: the runs under way
+	// finish (a run in a bubble cannot be cut short) and the rest are
+	// skipped, so the Suite is incomplete; the caller checks Context.Err.
+	Context context.Context
 }
 
 // AllCaps is 1..64.
@@ -54,9 +58,10 @@ type Suite struct {
 }
 
 // RunSuite runs the suite. It must be given a *testing.T because each run
-// is a testing/synctest bubble; parallel runs use the test's -parallel
-// setting (GOMAXPROCS by default). Scenarios 3, 6 and 7 need scenario 1's
-// oracle first and run in a second stage.
+// is a testing/synctest bubble, so it runs inside a test (TestScenarios);
+// parallel runs use the test's -parallel setting (GOMAXPROCS by default).
+// Scenarios 3, 6 and 7 need scenario 1's oracle first and run in a second
+// stage.
 func RunSuite(t *testing.T, opt Options) *Suite {
 	start := time.Now()
 	if len(opt.Caps) == 0 {
@@ -85,13 +90,16 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 		first = append([]Scenario{All()[0]}, first...)
 	}
 	s.runStage(t, first, 0)
-	if len(second) > 0 {
+	if len(second) > 0 && !s.stopped() {
 		_, s.KneeCapacity = s.oracle(1, -1)
 		s.runStage(t, second, s.KneeCapacity)
 	}
 	s.Wall = time.Since(start)
 	return s
 }
+
+// stopped reports whether Options.Context is done.
+func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Context.Err() != nil }
 
 // modes lists the runs of one scenario.
 func (s *Suite) modes() []Mode {
@@ -115,6 +123,9 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					t.Parallel()
+					if s.stopped() {
+						t.Skip("interrupted")
+					}
 					var res RunResult
 					var err error
 					wall := time.Now()

@@ -10,12 +10,15 @@
 //   - engines/httplib_engine.cpp: a cpp-httplib server with the library's defaults
 //     (libcpp-httplib-dev), streaming llama.cpp-shaped chunks and, like
 //     llama.cpp, closing the connection after every streamed response.
-//   - testengine.go: [Start] builds (g++, once per source and cached on disk)
-//     and starts an engine; [Engine] kills, restarts and inspects it.
-//     [Launch], [Engine.Close], [Engine.RestartErr] and [Engine.StatsErr] do
-//     the same outside a test (tools/soak), on the same code. The
-//     sources are embedded; they sit in engines/ because the go command
-//     refuses C++ files in the directory of a package without cgo.
+//   - testengine.go: [Start] starts an engine; [Engine] kills, restarts and
+//     inspects it. [Launch], [Engine.Close], [Engine.RestartErr] and
+//     [Engine.StatsErr] do the same outside a test (tools/soak), on the same
+//     code.
+//   - build.go: what Start runs: the uvicorn engine's script written out,
+//     the httplib engine compiled with g++, each once per source and cached
+//     on disk across processes. The sources are embedded; they sit in
+//     engines/ because the go command refuses C++ files in the directory of
+//     a package without cgo.
 //
 // Both engines serve POST /v1/chat/completions and /v1/completions, GET
 // /health, /v1/models and /test/stats, and take one request's behaviour from

@@ -1,6 +1,10 @@
 // Command kneecap is a gateway that holds an LLM inference engine at its knee,
 // plus the tools around it. Each subcommand lives in its own file and
 // registers itself in init; main only dispatches.
+//
+// It links no testing package (TestNoTestingPackages): the scenario suite,
+// which needs testing/synctest, runs as a test, `go test -run TestScenarios
+// ./scenarios/` (see docs/scenarios.md).
 package main
 
 import (

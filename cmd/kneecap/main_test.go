@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -41,5 +44,24 @@ func TestEverySubcommandHelpAndBadFlag(t *testing.T) {
 				t.Errorf("%s --no-such-flag: exit code %d, want 2", name, code)
 			}
 		})
+	}
+}
+
+// The serving binary carries no test harness: no package it links is
+// testing or below it (testing/synctest, testing/iotest, ...). The scenario
+// suite, which needs synctest, runs as a test of package scenarios instead.
+func TestNoTestingPackages(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, p := range strings.Fields(string(out)) {
+		if p == "testing" || strings.HasPrefix(p, "testing/") {
+			t.Errorf("kneecap links %s", p)
+		}
 	}
 }

@@ -17,6 +17,8 @@
 //   - rawproxy and rawedge, on request (-targets): the floor of a Go relay
 //     (rawproxy.go), net/http's server in front of a hand-written engine
 //     client; rawedge reads each arrival with one read(2), as nginx does;
+//     rawconn puts a hand-written HTTP/1.1 server in front of it as well
+//     (rawconn.go);
 //   - nginx: from Debian's packages, with a generated configuration
 //     (nginx.go: proxy_buffering off, HTTP/1.1 keep-alive to the engine);
 //   - kneecap: the `kneecap serve` binary given by -kneecap.

@@ -1,0 +1,141 @@
+package scenarios
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The flags of TestScenarios, given to the test binary after -args:
+//
+//	go test -v -count=1 -timeout 0 -run TestScenarios ./scenarios/ -args -scenarios 1,3 -caps 1-8 -no-peers -seed 2
+//
+// Without them TestScenarios runs the issue's sweep as CI does.
+var (
+	flagScenarios = flag.String("scenarios", os.Getenv("KNEECAP_SCENARIOS"), "comma-separated scenario IDs to run (default all 8; also KNEECAP_SCENARIOS)")
+	flagCaps      = flag.String("caps", "1-64", "static caps swept for the oracle: a range A-B or a comma-separated list")
+	flagNoPeers   = flag.Bool("no-peers", false, "skip the peer algorithms (Envoy gradient, Netflix Gradient2 and AIMD)")
+	flagSeed      = flag.Uint64("seed", 1, "seed of every run")
+	flagWarmup    = flag.Duration("warmup", DefaultTiming.Warmup, "simulated warm-up of every run, not measured")
+	flagWindow    = flag.Duration("window", DefaultTiming.Window, "simulated measured window of every run")
+	flagJSON      = flag.String("json-out", "", "write the table as JSON to this file (a relative path is relative to scenarios/, where go test runs)")
+	flagRealTime  = flag.Bool("real-time", false, "run the scenarios in real time over TCP on 127.0.0.1 instead, in the modes engine, adaptive and the -caps given (at most 8; takes -warmup + -window of wall time)")
+	flagKnee      = flag.Float64("knee", 0.75, "with -real-time: the knee capacity in req/s that sets the open-loop rates")
+)
+
+// flagOptions returns the suite's Options from the flags, and whether they
+// are the issue's sweep (every cap 1..64 and the peers, seed 1, the default
+// timing; any subset of scenarios), the one its thresholds are set for.
+func flagOptions() (opt Options, issueSweep bool, err error) {
+	opt = Options{NoPeers: *flagNoPeers, Seed: *flagSeed, Timing: Timing{Warmup: *flagWarmup, Window: *flagWindow}}
+	if opt.Scenarios, err = parseInts(*flagScenarios); err != nil {
+		return opt, false, fmt.Errorf("-scenarios: %v", err)
+	}
+	for _, id := range opt.Scenarios {
+		if id > len(All()) {
+			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are %d)", id, len(All()))
+		}
+	}
+	if opt.Caps, err = parseCaps(*flagCaps); err != nil {
+		return opt, false, fmt.Errorf("-caps: %v", err)
+	}
+	if opt.Timing.Window <= 0 || opt.Timing.Warmup < 0 {
+		return opt, false, fmt.Errorf("-window must be positive and -warmup not negative")
+	}
+	issueSweep = slices.Equal(opt.Caps, AllCaps()) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming
+	return opt, issueSweep, nil
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseCaps(s string) ([]int, error) {
+	if a, b, ok := strings.Cut(s, "-"); ok {
+		lo, err1 := strconv.Atoi(a)
+		hi, err2 := strconv.Atoi(b)
+		if err1 != nil || err2 != nil || lo < 1 || hi < lo {
+			return nil, fmt.Errorf("%q is not a range A-B with 1 <= A <= B", s)
+		}
+		var out []int
+		for c := lo; c <= hi; c++ {
+			out = append(out, c)
+		}
+		return out, nil
+	}
+	out, err := parseInts(s)
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("no caps")
+	}
+	return out, err
+}
+
+// interruptible returns a context that the first Ctrl-C (or SIGTERM)
+// cancels, saying so on stderr. A second signal then ends the process at
+// once, as without the handler. The handler goes with the test.
+func interruptible(t *testing.T) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case s := <-sig:
+			signal.Stop(sig)
+			fmt.Fprintf(os.Stderr, "\n%v: stopping; the runs under way finish first (again to stop at once)\n", s)
+			cancel()
+		case <-done:
+		}
+	}()
+	t.Cleanup(func() {
+		signal.Stop(sig)
+		close(done)
+		<-exited
+		cancel()
+	})
+	return ctx
+}
+
+func TestParseCaps(t *testing.T) {
+	for in, want := range map[string][]int{"1-3": {1, 2, 3}, "4": {4}, "2,8, 16": {2, 8, 16}} {
+		if got, err := parseCaps(in); err != nil || !slices.Equal(got, want) {
+			t.Errorf("parseCaps(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0-4", "5-2", "a-b", "1,x", ","} {
+		if got, err := parseCaps(in); err == nil {
+			t.Errorf("parseCaps(%q) = %v, want an error", in, got)
+		}
+	}
+}
+
+// Without flags TestScenarios runs the issue's sweep, the one CI checks.
+func TestDefaultFlagsAreTheIssueSweep(t *testing.T) {
+	if *flagScenarios != "" || *flagCaps != "1-64" || *flagNoPeers || *flagSeed != 1 || *flagWarmup != DefaultTiming.Warmup || *flagWindow != DefaultTiming.Window {
+		t.Skip("flags given")
+	}
+	opt, issue, err := flagOptions()
+	if err != nil || !issue || len(opt.Scenarios) != 0 {
+		t.Fatalf("default flags: %+v, issue sweep %v, %v", opt, issue, err)
+	}
+}
