@@ -230,8 +230,10 @@ async def generate(request: Request, chat: bool):
             return
         limit = 3 if fault in ("kill-mid-stream", "hang-mid-stream", "truncated") else None
         for i in range(n if limit is None else limit):
-            if i > 0 and gap > 0:
-                await asyncio.sleep(gap)
+            # Yield to the loop between tokens even with no gap, as a real
+            # engine does between decode steps: a client's disconnect is
+            # seen, and other requests (/test/stats) are served.
+            await asyncio.sleep(gap if i > 0 else 0)
             yield chunk(content="tok ")
         if fault == "kill-mid-stream":
             self_kill()
