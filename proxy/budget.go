@@ -1,18 +1,10 @@
 package proxy
 
 import (
-	"errors"
 	"io"
-	"net/http"
 
 	"golang.org/x/sync/semaphore"
-
-	"github.com/kneecap/kneecap/wire"
 )
-
-// errBodyBudget is returned by a held body's reader when the budget of body
-// bytes held across requests has no room for more.
-var errBodyBudget = errors.New("proxy: the gateway holds as many request body bytes as it may")
 
 // bodyBudget bounds the request body bytes held at once across every
 // request being read, queued or running. A request takes its bytes as they
@@ -67,15 +59,4 @@ func (h *heldBody) release() {
 		h.b.sem.Release(h.held)
 		h.held = 0
 	}
-}
-
-// writeBodyBudget refuses a request whose body does not fit in the budget:
-// 429, as admission refusals are, with a short Retry-After (bodies held by
-// others leave as their requests end).
-func writeBodyBudget(w http.ResponseWriter) int {
-	w.Header().Set("Retry-After", "1")
-	w.Header().Set(HeaderReason, reasonBodyBudget)
-	wire.WriteError(w, http.StatusTooManyRequests, wire.TypeRateLimit, reasonBodyBudget,
-		"the gateway holds as many request bodies as it may; retry after the Retry-After header")
-	return http.StatusTooManyRequests
 }

@@ -3,15 +3,19 @@
 //
 // # Overview
 //
-//   - proxy.go: [Config] (hook fields; each says what nil means), [New],
-//     and the handlers: [Proxy.Generation] for POST /v1/chat/completions
-//     and /v1/completions, [Proxy.Passthrough] for every other path (an
-//     httputil.ReverseProxy, flushed at once), and [Proxy.ServeHTTP], which
-//     routes between them without a router. A generation request is read
-//     whole (bounded, 413 beyond), parsed (400 without contacting the
-//     engine), given its targets (x-slo-*-ms headers), rewritten to ask for
-//     the usage report when a streamed request did not, admitted by the
-//     limiter, forwarded, relayed and judged.
+//   - proxy.go: [Config] (hook fields; each says what nil means), the
+//     [Admitter] interface the limiter is used through (*admission.Limiter
+//     is one), [New], and the handlers: [Proxy.ServeHTTP], which routes by
+//     the policy in routes.go without a router; the passthrough relay for
+//     read-only and operator-opened paths (an httputil.ReverseProxy,
+//     flushed at once); and the admitted relay for engine-time routes
+//     without tokens (embeddings, rerank, ...), which hold a slot.
+//   - generation.go: a generation request. It is read whole (bounded, 413
+//     beyond; within the body budget of budget.go), parsed (400 without
+//     contacting the engine), given its targets (x-slo-*-ms headers),
+//     rewritten to ask for the usage report when a streamed request did
+//     not, admitted, forwarded under the first-token or response timeout,
+//     relayed and judged (finish).
 //   - relay.go: the relays. A stream is read event by event with
 //     wire.EventReader; each event gets one wire.Inspect and is written as
 //     the engine sent it, except the usage-only chunk the gateway itself
@@ -19,10 +23,20 @@
 //     arrived is buffered. The first output chunk gives TTFT (client and
 //     engine), every later one an ITL gap. A non-streamed answer is read
 //     whole (up to 8 MiB) for its usage report and relayed.
-//   - edge.go: the one place where admission refusals and failures become
-//     HTTP: 429/503 with Retry-After (whole seconds, rounded up) and
-//     X-Kneecap-Reason; 400, 413, 502, 504; an SSE error event once a
-//     stream's headers are out.
+//   - edge.go: the one place where failures become HTTP. Call sites return
+//     sentinel errors (wrapped with %w, or in a *failed that adds the
+//     client's message, the engine's status and the cause for the log);
+//     one table maps each sentinel, admission's refusals among them, to its
+//     status, OpenAI error type, reason (X-Kneecap-Reason, the error code
+//     and slo.Record.Reason), outcome and messages. answer writes it before
+//     the headers (an OpenAI error; 429/503 refusals with Retry-After in
+//     whole seconds, rounded up, and X-Kneecap-Reason), breakOff after them
+//     (an SSE error event).
+//   - upstream.go: the transport to the engine (one retry on a fresh
+//     connection when a reused one failed before any response byte), the
+//     stream-idle watch, and the outbound request and hop-by-hop headers.
+//   - routes.go: the routing policy ([Routes]) and [CanonicalPath].
+//   - budget.go: the budget of request body bytes held across requests.
 //   - observer.go: [Observer], the live feed of measurements (first chunk,
 //     later chunks, finished record), each tagged with the number of
 //     requests running on the engine; [Observers] fans out.

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/proxy/proxytest"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
@@ -120,5 +123,56 @@ func TestClientWriteDeadlineDoesNotCarryOver(t *testing.T) {
 	}
 	if got := s.proxy.Retries(); got != 0 {
 		t.Errorf("%d retries against an engine that closes nothing", got)
+	}
+}
+
+// TestFailureTable checks the table: every row is reached by its own
+// sentinel, also wrapped; admission's reasons are its own labels; answer
+// writes a row's status and, for refusals, Retry-After and the reason.
+func TestFailureTable(t *testing.T) {
+	seen := map[error]bool{}
+	for i := range failures {
+		f := &failures[i]
+		if seen[f.err] {
+			t.Errorf("%v: two rows", f.err)
+		}
+		seen[f.err] = true
+		if got := failureOf(fmt.Errorf("context: %w", f.err)); got != f {
+			t.Errorf("%v: answered by the row of %v", f.err, got.err)
+		}
+	}
+	for _, cause := range []error{admission.ErrQueueFull, admission.ErrQueueTimeout, admission.ErrDeadline, admission.ErrDraining, errors.New("other")} {
+		re := &admission.RejectError{Err: cause, RetryAfter: 1500 * time.Millisecond}
+		w := httptest.NewRecorder()
+		f, status := answer(w, re)
+		if f.reason != re.Reason() || f.outcome != slo.Rejected || status != w.Code {
+			t.Errorf("%v: row %+v status %d", cause, f, status)
+		}
+		if w.Header().Get("Retry-After") != "2" || w.Header().Get(HeaderReason) != re.Reason() {
+			t.Errorf("%v: headers %v", cause, w.Header())
+		}
+		want := 429
+		if cause == admission.ErrDraining {
+			want = 503
+		}
+		if w.Code != want {
+			t.Errorf("%v: status %d, want %d", cause, w.Code, want)
+		}
+	}
+	// A read error that is an oversized event is that, not a broken stream.
+	if f := failureOf(&failed{kind: errStreamBroken, cause: fmt.Errorf("read: %w", wire.ErrEventTooLarge)}); f.reason != reasonEventTooLarge {
+		t.Errorf("oversized event answered as %s", f.reason)
+	}
+	// The engine's own status and Retry-After, its text as the message.
+	w := httptest.NewRecorder()
+	answer(w, &failed{kind: errEngineRefused, status: 422, msg: "the engine answered 422: bad", retryAfter: "7"})
+	if w.Code != 422 || w.Header().Get("Retry-After") != "7" || w.Header().Get(HeaderReason) != "" ||
+		!strings.Contains(w.Body.String(), `"code":"engine_status"`) || !strings.Contains(w.Body.String(), "422: bad") {
+		t.Errorf("engine status: %d %v %s", w.Code, w.Header(), w.Body)
+	}
+	// A client that left is told nothing.
+	w = httptest.NewRecorder()
+	if _, status := answer(w, clientLeft(errors.New("reset"))); status != 0 || w.Body.Len() != 0 {
+		t.Errorf("client gone: %d %s", status, w.Body)
 	}
 }

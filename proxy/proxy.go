@@ -7,18 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
-	"github.com/kneecap/kneecap/wire"
 )
 
 // DefaultMaxBodyBytes bounds a generation request body when
@@ -40,9 +37,9 @@ type Config struct {
 	// before any response byte arrived is sent once more on a fresh one
 	// (see Proxy.Retries).
 	Transport http.RoundTripper
-	// Limiter caps generation requests running on the engine. nil means no
-	// cap and no queue.
-	Limiter *admission.Limiter
+	// Limiter caps generation requests running on the engine (an
+	// *admission.Limiter is one). nil means no cap and no queue.
+	Limiter Admitter
 	// Targets are the operator's latency targets; requests may override
 	// them with x-slo-*-ms headers as Headers allows.
 	Targets slo.Targets
@@ -92,6 +89,18 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Admitter is what the proxy needs of admission; *admission.Limiter is
+// one. Precheck refuses, before a body is read, what would be refused
+// whatever the body says. Acquire grants a slot (queueing for it) or
+// refuses with an *admission.RejectError (or ctx's error). The proxy
+// releases a granted ticket exactly once, from a defer, when the response
+// has ended, and tells it of the first output chunk (at once for work
+// that streams no tokens); a nil ticket tracks nothing.
+type Admitter interface {
+	Precheck(admission.Request) *admission.RejectError
+	Acquire(context.Context, admission.Request) (*admission.Ticket, error)
+}
+
 // Proxy relays OpenAI-compatible traffic to one engine, measuring and
 // admitting generation requests. Create it with New; it is safe for
 // concurrent use and starts no goroutines.
@@ -110,6 +119,9 @@ type Proxy struct {
 func New(cfg Config) (*Proxy, error) {
 	if cfg.Upstream == nil || cfg.Upstream.Host == "" || (cfg.Upstream.Scheme != "http" && cfg.Upstream.Scheme != "https") {
 		return nil, errors.New("proxy: Upstream must be an absolute http(s) URL")
+	}
+	if l, ok := cfg.Limiter.(*admission.Limiter); ok && l == nil {
+		cfg.Limiter = nil // a nil *Limiter in the interface is no limiter
 	}
 	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger}
 	rt := cfg.Transport
@@ -151,7 +163,7 @@ func New(cfg Config) (*Proxy, error) {
 				return // the client left; nobody to answer
 			}
 			p.log.Warn("passthrough failed", "path", r.URL.Path, "err", err)
-			wire.WriteError(w, http.StatusBadGateway, wire.TypeServer, reasonUnreachable, "the engine could not be reached")
+			answer(w, &failed{kind: errUnreachable, cause: err})
 		},
 	}
 	return p, nil
@@ -179,14 +191,8 @@ func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 		if err == nil && int64(len(body)) < r.ContentLength {
 			err = io.ErrUnexpectedEOF
 		}
-		switch {
-		case errors.Is(err, errBodyBudget):
-			writeBodyBudget(w)
-			return
-		case err != nil:
-			if r.Context().Err() == nil {
-				wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadBody, "could not read the request body")
-			}
+		if err != nil {
+			answer(w, bodyFailure(r, err, p.cfg.MaxBodyBytes))
 			return
 		}
 		r.Body = io.NopCloser(bytes.NewReader(body))
@@ -201,14 +207,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	canon := CanonicalPath(r.URL.Path)
 	rt, ok := p.routes.match(canon)
 	if !ok {
-		wire.WriteError(w, http.StatusNotFound, wire.TypeInvalidRequest, reasonRouteNotFound,
-			"no such route on this gateway (engine admin routes are closed unless the operator opens them)")
+		answer(w, errRouteNotFound)
 		return
 	}
 	if !rt.allows(r.Method) {
 		w.Header().Set("Allow", strings.Join(rt.Methods, ", "))
-		wire.WriteError(w, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, reasonMethodNotAllowed,
-			"method "+r.Method+" is not allowed on this route")
+		answer(w, tell(errNoMethod, "method "+r.Method+" is not allowed on this route", nil))
 		return
 	}
 	if canon != r.URL.Path || r.URL.RawPath != "" {
@@ -237,118 +241,26 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 	}
 	targets, err := p.cfg.Headers.Apply(p.cfg.Targets, r.Header)
 	if err != nil {
-		wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadHeader, err.Error())
+		answer(w, badHeader(err))
 		return
 	}
 	areq := admission.Request{Arrival: time.Now(), Targets: targets, MaxWait: p.maxWait(targets)}
 	if re := lim.Precheck(areq); re != nil {
-		writeReject(w, re)
+		answer(w, re)
 		return
 	}
 	if r.ContentLength > p.cfg.MaxBodyBytes {
-		wire.WriteError(w, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest, reasonBodyTooLarge,
-			"request body larger than "+strconv.FormatInt(p.cfg.MaxBodyBytes, 10)+" bytes")
+		answer(w, tooLarge(p.cfg.MaxBodyBytes))
 		return
 	}
 	ticket, err := lim.Acquire(r.Context(), areq)
 	if err != nil {
-		if re := admission.AsReject(err); re != nil {
-			writeReject(w, re)
-		}
+		answer(w, refused(err))
 		return
 	}
 	defer ticket.Release()
 	ticket.FirstToken() // no token stream: it must not hold back a prefill
 	p.servePassthrough(w, r)
-}
-
-// exchange is the state of one generation request. It has a single owner,
-// the goroutine serving the request, so it needs no lock.
-type exchange struct {
-	w          http.ResponseWriter
-	r          *http.Request
-	rec        slo.Record
-	failure    slo.Outcome // non-zero once the request failed
-	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
-	forwarded  time.Time
-	err        error             // the underlying cause of an engine failure, for the log
-	ticket     *admission.Ticket // nil without a limiter
-	deadline   clientDeadline    // the write deadline on the client's connection
-	shape      wire.Shape        // the route's body and stream format
-	idle       *idleWatch        // bounds the engine's silence; nil without a bound
-}
-
-func (x *exchange) fail(o slo.Outcome, reason string, status int) {
-	x.failure, x.rec.Reason = o, reason
-	if status != 0 {
-		x.rec.Status = status
-	}
-}
-
-// errorResponse answers with an OpenAI-shaped error and records the failure.
-func (x *exchange) errorResponse(o slo.Outcome, reason string, status int, errType, msg string) {
-	x.fail(o, reason, status)
-	wire.WriteError(x.w, status, errType, reason, msg)
-}
-
-func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
-	x := &exchange{w: w, r: r, shape: rt.Shape, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
-	x.rec = slo.Record{Route: rt.Name, Arrival: time.Now(), Targets: p.cfg.Targets}
-	defer p.finish(x)
-
-	// What the headers decide comes before the body is read: a request
-	// refused anyway does not upload it first.
-	var err error
-	if x.rec.Targets, err = p.cfg.Headers.Apply(p.cfg.Targets, r.Header); err != nil {
-		x.errorResponse(slo.InvalidRequest, reasonBadHeader, http.StatusBadRequest, wire.TypeInvalidRequest, err.Error())
-		return
-	}
-	areq := admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: p.maxWait(x.rec.Targets)}
-	if !p.precheck(x, areq) {
-		return
-	}
-	body, release, ok := p.readBody(x)
-	if !ok {
-		return
-	}
-	defer release()
-	req, err := wire.ParseRequestAs(rt.Shape, body)
-	if err != nil {
-		x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
-		return
-	}
-	x.rec.Model, x.rec.Streamed = req.Model, req.Stream
-	if req.N > 1 {
-		x.rec.Choices = req.N
-	}
-	if rt.Shape == wire.ShapeOpenAI && req.Stream && !req.WantsUsage() {
-		if body, err = wire.EnsureIncludeUsage(body); err != nil {
-			x.errorResponse(slo.InvalidRequest, reasonBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, "invalid request body: "+err.Error())
-			return
-		}
-		x.stripUsage = true
-	}
-
-	if lim := p.cfg.Limiter; lim != nil {
-		ticket, err := lim.Acquire(r.Context(), areq)
-		if err != nil {
-			if re := admission.AsReject(err); re != nil {
-				x.fail(slo.Rejected, re.Reason(), writeReject(w, re))
-			} else {
-				x.fail(slo.ClientCancelled, "", 0)
-			}
-			return
-		}
-		defer ticket.Release() // also on panic: the slot never leaks
-		x.rec.QueueWait = ticket.QueueWait()
-		if !req.Stream {
-			// Its first token cannot be seen: it must not hold back the
-			// next request's prefill (see admission.Limiter.SetPacing).
-			ticket.FirstToken()
-		}
-		x.ticket = ticket
-	}
-	p.forward(x, body)
 }
 
 // maxWait is a request's queue-wait bound: the operator's, or else its own
@@ -358,240 +270,4 @@ func (p *Proxy) maxWait(t slo.Targets) time.Duration {
 		return p.cfg.MaxQueueWait
 	}
 	return t.TTFT
-}
-
-// precheck refuses, before the body is read, a request that admission
-// would refuse whatever its body says (draining, a full queue). It reports
-// whether the request may go on.
-func (p *Proxy) precheck(x *exchange, req admission.Request) bool {
-	if p.cfg.Limiter == nil {
-		return true
-	}
-	if re := p.cfg.Limiter.Precheck(req); re != nil {
-		x.fail(slo.Rejected, re.Reason(), writeReject(x.w, re))
-		return false
-	}
-	return true
-}
-
-// readBody reads the whole request body, bounded by MaxBodyBytes and by
-// the budget of body bytes held across requests; release gives its bytes
-// back to the budget (call it when the request has ended). Reading it
-// before forwarding is also what keeps the engine from racing the client's
-// body (golang/go#40747): the outbound body is a bytes.Reader that the
-// gateway owns.
-func (p *Proxy) readBody(x *exchange) (body []byte, release func(), ok bool) {
-	limit := p.cfg.MaxBodyBytes
-	if x.r.ContentLength > limit {
-		x.errorResponse(slo.InvalidRequest, reasonBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest,
-			"request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
-		return nil, nil, false
-	}
-	held := p.bodies.reader(http.MaxBytesReader(x.w, x.r.Body, limit), x.r.ContentLength)
-	body, err := readGrowing(held, min(x.r.ContentLength, limit))
-	if err == nil {
-		return body, held.release, true
-	}
-	held.release()
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		x.errorResponse(slo.InvalidRequest, reasonBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest,
-			"request body larger than "+strconv.FormatInt(limit, 10)+" bytes")
-	case errors.Is(err, errBodyBudget):
-		x.fail(slo.Rejected, reasonBodyBudget, writeBodyBudget(x.w))
-	case x.r.Context().Err() != nil:
-		x.fail(slo.ClientCancelled, "", 0)
-	default:
-		x.errorResponse(slo.InvalidRequest, reasonBadBody, http.StatusBadRequest, wire.TypeInvalidRequest, "could not read the request body")
-	}
-	return nil, nil, false
-}
-
-// initialBodyBuffer bounds the buffer a request body starts with: a
-// Content-Length is a claim, so the buffer grows with the bytes that
-// arrive, not with what a header promised.
-const initialBodyBuffer = 64 << 10
-
-// readGrowing reads r to its end into a buffer sized for declared bytes
-// (the Content-Length, or -1), up to initialBodyBuffer, grown as bytes
-// arrive.
-func readGrowing(r io.Reader, declared int64) ([]byte, error) {
-	buf := bytes.NewBuffer(make([]byte, 0, min(max(declared, 512), initialBodyBuffer)+1))
-	_, err := buf.ReadFrom(r)
-	return buf.Bytes(), err
-}
-
-// forward sends the request to the engine and relays the answer.
-func (p *Proxy) forward(x *exchange, body []byte) {
-	ctx, cancel := context.WithCancelCause(x.r.Context())
-	defer cancel(nil)
-	out, err := p.outbound(ctx, x.r, body)
-	if err != nil {
-		x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "could not build the upstream request")
-		return
-	}
-	// A streamed request is bounded up to its first output chunk, one that
-	// is not streamed up to its response headers.
-	var timer *time.Timer
-	switch {
-	case x.rec.Streamed && p.cfg.FirstTokenTimeout > 0:
-		timer = time.AfterFunc(p.cfg.FirstTokenTimeout, func() { cancel(errFirstTokenTimeout) })
-		defer timer.Stop()
-	case !x.rec.Streamed && p.cfg.ResponseTimeout > 0:
-		timer = time.AfterFunc(p.cfg.ResponseTimeout, func() { cancel(errResponseTimeout) })
-		defer timer.Stop()
-	}
-	p.running.Add(1)
-	defer p.running.Add(-1)
-	x.forwarded = time.Now()
-	resp, err := p.transport.RoundTrip(out)
-	if err != nil {
-		if !p.timedOut(ctx, x) {
-			if x.r.Context().Err() != nil {
-				x.fail(slo.ClientCancelled, "", 0)
-			} else {
-				x.err = err
-				x.errorResponse(slo.EngineError, reasonUnreachable, http.StatusBadGateway, wire.TypeServer, "the engine could not be reached")
-			}
-		}
-		return
-	}
-	// A stream waits for its first token under the first-token timeout
-	// alone: the idle bound starts at it.
-	resp.Body, x.idle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, !(x.rec.Streamed && timer != nil), cancel)
-	defer x.idle.stop()
-	defer resp.Body.Close()
-	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
-		p.relayStream(ctx, x, resp, timer)
-		return
-	}
-	if timer != nil && x.rec.Streamed {
-		timer.Stop() // an answer that is not a stream: no first chunk to wait for
-		x.idle.arm()
-	}
-	p.relayWhole(ctx, x, resp)
-}
-
-// timedOut answers a request whose engine request was cancelled by one of
-// the gateway's own bounds before anything was sent to the client (504),
-// and reports whether it was.
-func (p *Proxy) timedOut(ctx context.Context, x *exchange) bool {
-	if x.r.Context().Err() != nil {
-		return false // the client left first
-	}
-	switch cause := context.Cause(ctx); {
-	case errors.Is(cause, errFirstTokenTimeout):
-		x.errorResponse(slo.EngineError, reasonFirstTokenTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
-	case errors.Is(cause, errResponseTimeout):
-		x.errorResponse(slo.EngineError, reasonResponseTimeout, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine sent no response within the response timeout")
-	case errors.Is(cause, errStreamIdle):
-		x.errorResponse(slo.EngineError, reasonStreamIdle, http.StatusGatewayTimeout, wire.TypeTimeout, "the engine's response stalled for longer than the stream-idle timeout")
-	default:
-		return false
-	}
-	return true
-}
-
-func isEventStream(h http.Header) bool {
-	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
-}
-
-// outbound builds the request to the engine: the same method, path, query
-// and end-to-end headers, the (possibly rewritten) body with its exact
-// length, and X-Forwarded-For as httputil.ReverseProxy sets it.
-func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*http.Request, error) {
-	u := *p.cfg.Upstream
-	u.Path, u.RawPath = joinPath(u.Path, in.URL.Path), ""
-	if u.RawQuery == "" || in.URL.RawQuery == "" {
-		u.RawQuery += in.URL.RawQuery
-	} else {
-		u.RawQuery += "&" + in.URL.RawQuery
-	}
-	out, err := http.NewRequestWithContext(ctx, in.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	out.Header = in.Header.Clone()
-	removeHopHeaders(out.Header)
-	// The relay reads the engine's bytes: ask for them uncompressed.
-	out.Header.Del("Accept-Encoding")
-	out.Header.Del("Content-Length")
-	out.ContentLength = int64(len(body))
-	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
-		if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
-			ip = strings.Join(prior, ", ") + ", " + ip
-		}
-		out.Header.Set("X-Forwarded-For", ip)
-	}
-	return out, nil
-}
-
-func joinPath(a, b string) string {
-	switch as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/"); {
-	case as && bs:
-		return a + b[1:]
-	case !as && !bs:
-		return a + "/" + b
-	}
-	return a + b
-}
-
-// hopHeaders are the hop-by-hop headers a proxy must not forward (RFC 9110
-// section 7.6.1), as httputil.ReverseProxy lists them.
-var hopHeaders = [...]string{
-	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
-}
-
-func removeHopHeaders(h http.Header) {
-	for _, f := range h.Values("Connection") {
-		for sf := range strings.SplitSeq(f, ",") {
-			if sf = strings.TrimSpace(sf); sf != "" {
-				h.Del(sf)
-			}
-		}
-	}
-	for _, k := range hopHeaders {
-		h.Del(k)
-	}
-}
-
-// copyResponseHeaders copies the engine's end-to-end headers to the client.
-func copyResponseHeaders(dst, src http.Header) {
-	for k, vv := range src {
-		dst[k] = append(dst[k][:0:0], vv...)
-	}
-	removeHopHeaders(dst)
-}
-
-// finish judges the request and reports it. It runs from a defer, so a
-// panic in the relay still reports the request (and its slot is released
-// by the ticket's own defer).
-func (p *Proxy) finish(x *exchange) {
-	rec := &x.rec
-	if x.failure != 0 {
-		rec.Outcome = x.failure
-	} else {
-		rec.Outcome = slo.Judge(rec)
-	}
-	p.obs.Done(*rec)
-	lvl := slog.LevelDebug
-	if rec.Outcome&(slo.EngineError) != 0 {
-		lvl = slog.LevelWarn
-	}
-	if p.log.Enabled(x.r.Context(), lvl) {
-		errText := ""
-		if x.err != nil {
-			errText = x.err.Error()
-		}
-		p.log.LogAttrs(x.r.Context(), lvl, "request",
-			slog.String("route", rec.Route), slog.String("model", rec.Model),
-			slog.Bool("stream", rec.Streamed), slog.Int("status", rec.Status),
-			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
-			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
-			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
-			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens),
-			slog.String("err", errText))
-	}
 }

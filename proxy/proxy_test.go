@@ -81,7 +81,7 @@ func newSetup(t *testing.T, engine http.Handler, cfg Config) *setup {
 		cfg.Targets = slo.Targets{TTFT: time.Hour, TPOT: time.Hour} // judged good however slow the machine
 	}
 	cfg.Observer = s.rec
-	s.lim = cfg.Limiter
+	s.lim, _ = cfg.Limiter.(*admission.Limiter)
 	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
 )
 
@@ -152,28 +150,23 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		rec.E2E = end.Sub(rec.Arrival)
 	}
 
-	switch {
+	switch cause := context.Cause(ctx); {
 	case clientGone || (readErr != nil && x.r.Context().Err() != nil):
 		// A client that hangs up once the output has ended (finish_reason
 		// or [DONE] seen) got its whole answer: judge it. Only one that
 		// left before the end cancelled.
 		if !done {
-			x.fail(slo.ClientCancelled, clientReason(writeErr), 0)
+			x.breakOff(clientLeft(writeErr))
 		}
-	case errors.Is(context.Cause(ctx), errFirstTokenTimeout):
-		p.streamError(x, slo.EngineError, reasonFirstTokenTimeout, wire.TypeTimeout, "the engine sent no output within the first-token timeout")
-	case errors.Is(context.Cause(ctx), errStreamIdle):
-		p.streamError(x, slo.EngineError, reasonStreamIdle, wire.TypeTimeout, "the engine's stream stalled for longer than the stream-idle timeout")
-	case errors.Is(readErr, wire.ErrEventTooLarge):
-		p.streamError(x, slo.EngineError, reasonEventTooLarge, wire.TypeServer, "the engine sent an event larger than the gateway relays")
+	case errors.Is(cause, errFirstTokenTimeout), errors.Is(cause, errStreamIdle):
+		x.breakOff(cause)
 	case readErr != nil && readErr != io.EOF:
-		x.err = readErr
-		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream broke off")
+		x.breakOff(&failed{kind: errStreamBroken, cause: readErr}) // or wire.ErrEventTooLarge's row
 	case errEvent:
-		x.fail(slo.EngineError, reasonErrorEvent, 0) // the engine's own error event was relayed
+		x.breakOff(errErrorEvent) // the engine's own error event was relayed
 	case !done:
 		// Ended cleanly but with neither [DONE] nor a finish_reason: cut short.
-		p.streamError(x, slo.EngineError, reasonStreamBroken, wire.TypeServer, "the engine's stream ended early")
+		x.breakOff(errStreamEnded)
 	}
 }
 
@@ -220,25 +213,6 @@ func (d *clientDeadline) refresh(now time.Time) {
 	}
 }
 
-// clientReason names why a client counted as gone: it took no bytes within
-// the client write timeout, or it left.
-func clientReason(writeErr error) string {
-	if errors.Is(writeErr, os.ErrDeadlineExceeded) {
-		return reasonClientTooSlow
-	}
-	return ""
-}
-
-// streamError records a failure after the headers were sent and tells the
-// client with an SSE error event (the only channel left).
-func (p *Proxy) streamError(x *exchange, o slo.Outcome, reason, errType, msg string) {
-	x.fail(o, reason, 0)
-	x.deadline.refresh(time.Now()) // it follows a wait on the engine
-	if _, err := x.w.Write(wire.ErrorEvent(errType, reason, msg)); err == nil {
-		_ = x.deadline.rc.Flush()
-	}
-}
-
 // relayWhole relays a response that is not an SSE stream (a non-streamed
 // completion, or an engine error), reading the usage report of a
 // successful one. A body that no OpenAI client could read (not JSON: a
@@ -249,35 +223,22 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	rec.Streamed = false // whatever was asked, no first token was observable
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxWholeBody+1))
 	if err != nil {
-		if !p.timedOut(ctx, x) {
-			if x.r.Context().Err() != nil {
-				x.fail(slo.ClientCancelled, "", 0)
-			} else {
-				x.err = err
-				x.errorResponse(slo.EngineError, reasonStreamBroken, http.StatusBadGateway, wire.TypeServer, "the engine's response broke off")
-			}
-		}
+		x.abort(engineFailure(ctx, x, errStreamBroken, err))
 		return
 	}
 	x.deadline.refresh(time.Now())
 	s := resp.StatusCode
 	if len(body) <= maxWholeBody && !json.Valid(body) {
 		rec.E2E = time.Since(rec.Arrival)
-		switch {
-		case s >= 200 && s < 300:
-			x.errorResponse(slo.EngineError, reasonBadResponse, http.StatusBadGateway, wire.TypeServer,
-				"the engine answered "+strconv.Itoa(s)+" with a body that is not JSON")
-		case s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests:
-			copyRetryAfter(x.w.Header(), resp.Header)
-			x.errorResponse(slo.InvalidRequest, reasonEngineStatus, s, wire.TypeInvalidRequest, engineText(s, body))
-		default:
-			copyRetryAfter(x.w.Header(), resp.Header)
-			status := s
-			if s < 400 {
-				status = http.StatusBadGateway // 1xx and 3xx have no place here
-			}
-			x.errorResponse(slo.EngineError, reasonEngineStatus, status, wire.TypeServer, engineText(s, body))
+		if s >= 200 && s < 300 {
+			x.abort(tell(errBadResponse, "the engine answered "+strconv.Itoa(s)+" with a body that is not JSON", nil))
+			return
 		}
+		f := &failed{kind: engineStatus(s), msg: engineText(s, body), retryAfter: resp.Header.Get("Retry-After")}
+		if s >= 400 {
+			f.status = s // 1xx and 3xx have no place here: the row's 502
+		}
+		x.abort(f)
 		return
 	}
 	copyResponseHeaders(x.w.Header(), resp.Header)
@@ -290,13 +251,10 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	rec.E2E = time.Since(rec.Arrival)
 	switch {
 	case werr != nil:
-		x.fail(slo.ClientCancelled, clientReason(werr), 0)
-		return
-	case s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests:
-		x.fail(slo.InvalidRequest, reasonEngineStatus, 0)
+		x.breakOff(clientLeft(werr))
 		return
 	case s < 200 || s >= 300:
-		x.fail(slo.EngineError, reasonEngineStatus, 0)
+		x.breakOff(engineStatus(s)) // relayed as it is
 		return
 	}
 	if info, err := wire.InspectAs(x.shape, body); err == nil && info.Usage != nil {
@@ -329,12 +287,13 @@ func engineText(status int, body []byte) string {
 	return msg
 }
 
-// copyRetryAfter keeps an engine's Retry-After on an error the gateway
-// rewrote.
-func copyRetryAfter(dst, src http.Header) {
-	if v := src.Get("Retry-After"); v != "" {
-		dst.Set("Retry-After", v)
+// engineStatus is the row of an engine's status that is not a success:
+// the client's fault (4xx but 408 and 429) or the engine's.
+func engineStatus(s int) error {
+	if s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests {
+		return errEngineRefused
 	}
+	return errEngineFailed
 }
 
 // perChoice is a request's output tokens per choice: the usage report

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -141,3 +144,75 @@ func (w *idleWatch) Read(p []byte) (int, error) {
 }
 
 func (w *idleWatch) Close() error { return w.body.Close() }
+
+func isEventStream(h http.Header) bool {
+	return strings.HasPrefix(strings.ToLower(strings.TrimSpace(h.Get("Content-Type"))), "text/event-stream")
+}
+
+// outbound builds the request to the engine: the same method, path, query
+// and end-to-end headers, the (possibly rewritten) body with its exact
+// length, and X-Forwarded-For as httputil.ReverseProxy sets it.
+func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*http.Request, error) {
+	u := *p.cfg.Upstream
+	u.Path, u.RawPath = joinPath(u.Path, in.URL.Path), ""
+	if u.RawQuery == "" || in.URL.RawQuery == "" {
+		u.RawQuery += in.URL.RawQuery
+	} else {
+		u.RawQuery += "&" + in.URL.RawQuery
+	}
+	out, err := http.NewRequestWithContext(ctx, in.Method, u.String(), bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	out.Header = in.Header.Clone()
+	removeHopHeaders(out.Header)
+	// The relay reads the engine's bytes: ask for them uncompressed.
+	out.Header.Del("Accept-Encoding")
+	out.Header.Del("Content-Length")
+	out.ContentLength = int64(len(body))
+	if ip, _, err := net.SplitHostPort(in.RemoteAddr); err == nil {
+		if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		out.Header.Set("X-Forwarded-For", ip)
+	}
+	return out, nil
+}
+
+func joinPath(a, b string) string {
+	switch as, bs := strings.HasSuffix(a, "/"), strings.HasPrefix(b, "/"); {
+	case as && bs:
+		return a + b[1:]
+	case !as && !bs:
+		return a + "/" + b
+	}
+	return a + b
+}
+
+// hopHeaders are the hop-by-hop headers a proxy must not forward (RFC 9110
+// section 7.6.1), as httputil.ReverseProxy lists them.
+var hopHeaders = [...]string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for sf := range strings.SplitSeq(f, ",") {
+			if sf = strings.TrimSpace(sf); sf != "" {
+				h.Del(sf)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// copyResponseHeaders copies the engine's end-to-end headers to the client.
+func copyResponseHeaders(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append(dst[k][:0:0], vv...)
+	}
+	removeHopHeaders(dst)
+}

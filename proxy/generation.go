@@ -1,0 +1,228 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+)
+
+// exchange is the state of one generation request. It has a single owner,
+// the goroutine serving the request, so it needs no lock.
+type exchange struct {
+	w          http.ResponseWriter
+	r          *http.Request
+	rec        slo.Record
+	failure    slo.Outcome // non-zero once the request failed
+	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
+	forwarded  time.Time
+	err        error             // the failure and its cause, for the log
+	ticket     *admission.Ticket // nil without a limiter
+	deadline   clientDeadline    // the write deadline on the client's connection
+	shape      wire.Shape        // the route's body and stream format
+	idle       *idleWatch        // bounds the engine's silence; nil without a bound
+}
+
+func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
+	x := &exchange{w: w, r: r, shape: rt.Shape, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
+	x.rec = slo.Record{Route: rt.Name, Arrival: time.Now(), Targets: p.cfg.Targets}
+	defer p.finish(x)
+
+	// What the headers decide comes before the body is read: a request
+	// refused anyway does not upload it first.
+	var err error
+	if x.rec.Targets, err = p.cfg.Headers.Apply(p.cfg.Targets, r.Header); err != nil {
+		x.abort(badHeader(err))
+		return
+	}
+	areq := admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: p.maxWait(x.rec.Targets)}
+	if !p.precheck(x, areq) {
+		return
+	}
+	body, release, ok := p.readBody(x)
+	if !ok {
+		return
+	}
+	defer release()
+	req, err := wire.ParseRequestAs(rt.Shape, body)
+	if err != nil {
+		x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))
+		return
+	}
+	x.rec.Model, x.rec.Streamed = req.Model, req.Stream
+	if req.N > 1 {
+		x.rec.Choices = req.N
+	}
+	if rt.Shape == wire.ShapeOpenAI && req.Stream && !req.WantsUsage() {
+		if body, err = wire.EnsureIncludeUsage(body); err != nil {
+			x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))
+			return
+		}
+		x.stripUsage = true
+	}
+
+	if lim := p.cfg.Limiter; lim != nil {
+		ticket, err := lim.Acquire(r.Context(), areq)
+		if err != nil {
+			x.abort(refused(err))
+			return
+		}
+		defer ticket.Release() // also on panic: the slot never leaks
+		if ticket != nil {     // an Admitter may grant without tracking
+			x.rec.QueueWait = ticket.QueueWait()
+		}
+		if !req.Stream {
+			// Its first token cannot be seen: it must not hold back the
+			// next request's prefill (see admission.Limiter.SetPacing).
+			ticket.FirstToken()
+		}
+		x.ticket = ticket
+	}
+	p.forward(x, body)
+}
+
+// precheck refuses, before the body is read, a request that admission
+// would refuse whatever its body says (draining, a full queue). It reports
+// whether the request may go on.
+func (p *Proxy) precheck(x *exchange, req admission.Request) bool {
+	if p.cfg.Limiter == nil {
+		return true
+	}
+	if re := p.cfg.Limiter.Precheck(req); re != nil {
+		x.abort(re)
+		return false
+	}
+	return true
+}
+
+// readBody reads the whole request body, bounded by MaxBodyBytes and by
+// the budget of body bytes held across requests; release gives its bytes
+// back to the budget (call it when the request has ended). Reading it
+// before forwarding is also what keeps the engine from racing the client's
+// body (golang/go#40747): the outbound body is a bytes.Reader that the
+// gateway owns.
+func (p *Proxy) readBody(x *exchange) (body []byte, release func(), ok bool) {
+	limit := p.cfg.MaxBodyBytes
+	if x.r.ContentLength > limit {
+		x.abort(tooLarge(limit))
+		return nil, nil, false
+	}
+	held := p.bodies.reader(http.MaxBytesReader(x.w, x.r.Body, limit), x.r.ContentLength)
+	body, err := readGrowing(held, min(x.r.ContentLength, limit))
+	if err == nil {
+		return body, held.release, true
+	}
+	held.release()
+	x.abort(bodyFailure(x.r, err, limit))
+	return nil, nil, false
+}
+
+// initialBodyBuffer bounds the buffer a request body starts with: a
+// Content-Length is a claim, so the buffer grows with the bytes that
+// arrive, not with what a header promised.
+const initialBodyBuffer = 64 << 10
+
+// readGrowing reads r to its end into a buffer sized for declared bytes
+// (the Content-Length, or -1), up to initialBodyBuffer, grown as bytes
+// arrive.
+func readGrowing(r io.Reader, declared int64) ([]byte, error) {
+	buf := bytes.NewBuffer(make([]byte, 0, min(max(declared, 512), initialBodyBuffer)+1))
+	_, err := buf.ReadFrom(r)
+	return buf.Bytes(), err
+}
+
+// forward sends the request to the engine and relays the answer.
+func (p *Proxy) forward(x *exchange, body []byte) {
+	ctx, cancel := context.WithCancelCause(x.r.Context())
+	defer cancel(nil)
+	out, err := p.outbound(ctx, x.r, body)
+	if err != nil {
+		x.abort(tell(errUnreachable, "could not build the upstream request", err))
+		return
+	}
+	// A streamed request is bounded up to its first output chunk, one that
+	// is not streamed up to its response headers.
+	var timer *time.Timer
+	switch {
+	case x.rec.Streamed && p.cfg.FirstTokenTimeout > 0:
+		timer = time.AfterFunc(p.cfg.FirstTokenTimeout, func() { cancel(errFirstTokenTimeout) })
+		defer timer.Stop()
+	case !x.rec.Streamed && p.cfg.ResponseTimeout > 0:
+		timer = time.AfterFunc(p.cfg.ResponseTimeout, func() { cancel(errResponseTimeout) })
+		defer timer.Stop()
+	}
+	p.running.Add(1)
+	defer p.running.Add(-1)
+	x.forwarded = time.Now()
+	resp, err := p.transport.RoundTrip(out)
+	if err != nil {
+		x.abort(engineFailure(ctx, x, errUnreachable, err))
+		return
+	}
+	// A stream waits for its first token under the first-token timeout
+	// alone: the idle bound starts at it.
+	resp.Body, x.idle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, !(x.rec.Streamed && timer != nil), cancel)
+	defer x.idle.stop()
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
+		p.relayStream(ctx, x, resp, timer)
+		return
+	}
+	if timer != nil && x.rec.Streamed {
+		timer.Stop() // an answer that is not a stream: no first chunk to wait for
+		x.idle.arm()
+	}
+	p.relayWhole(ctx, x, resp)
+}
+
+// engineFailure names why an engine request failed before anything was
+// sent to the client: the client left, one of the gateway's own bounds
+// cancelled it (504), or else kind, with err as its cause.
+func engineFailure(ctx context.Context, x *exchange, kind, err error) error {
+	if x.r.Context().Err() != nil {
+		return errClientGone // the client left first
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, errFirstTokenTimeout), errors.Is(cause, errResponseTimeout), errors.Is(cause, errStreamIdle):
+		return cause
+	}
+	return &failed{kind: kind, cause: err}
+}
+
+// finish judges the request and reports it. It runs from a defer, so a
+// panic in the relay still reports the request (and its slot is released
+// by the ticket's own defer).
+func (p *Proxy) finish(x *exchange) {
+	rec := &x.rec
+	if x.failure != 0 {
+		rec.Outcome = x.failure
+	} else {
+		rec.Outcome = slo.Judge(rec)
+	}
+	p.obs.Done(*rec)
+	lvl := slog.LevelDebug
+	if rec.Outcome&(slo.EngineError) != 0 {
+		lvl = slog.LevelWarn
+	}
+	if p.log.Enabled(x.r.Context(), lvl) {
+		errText := ""
+		if x.err != nil {
+			errText = x.err.Error()
+		}
+		p.log.LogAttrs(x.r.Context(), lvl, "request",
+			slog.String("route", rec.Route), slog.String("model", rec.Model),
+			slog.Bool("stream", rec.Streamed), slog.Int("status", rec.Status),
+			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
+			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
+			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
+			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens),
+			slog.String("err", errText))
+	}
+}
