@@ -1,9 +1,11 @@
-// Package admission decides which generation requests may run on the engine
-// now, which wait, and which are refused with an honest Retry-After.
+// Package admission enforces the cap: which generation requests may run on
+// the engine now, which wait, and which are refused with an honest
+// Retry-After. It decides nothing about where the cap should be; that is
+// package admission/control (the adaptive controller) or a peer algorithm
+// (admission/peers), which change the cap only through SetLimit and
+// SetPacing and answer the limiter's hooks. This package imports slo only.
 //
 // # Overview
-//
-// The enforcement is separate from the decision of the cap:
 //
 //   - limiter.go: [Limiter], a resizable cap on slots held at once with a
 //     bounded FIFO queue and a queue-wait bound. [Limiter.Acquire] returns
@@ -15,26 +17,27 @@
 //     ([Ticket.FirstToken], which the proxy calls), each for at most a
 //     bound.
 //   - limiter_hooks.go: what the limiter tells and asks others: [Request]
-//     (arrival time and latency targets), [State], and the optional hooks
-//     [Gate] (refuse a request at once instead of queueing it to fail,
-//     reason "deadline") and [RetryEstimator]. Without hooks Retry-After is
-//     [EstimateRetryAfter]: position x mean slot hold time / limit.
+//     (arrival time, latency targets, queue-wait bound), [State], and the
+//     optional [Hooks]: [Gate] (refuse a request at once instead of
+//     queueing it to fail, reason "deadline") and [Refuser] (told of every
+//     refusal the limiter decides itself; answers its Retry-After). Without
+//     hooks Retry-After is [EstimateRetryAfter]: position x mean slot hold
+//     time / limit.
+//   - precheck.go: [Limiter.Precheck], the refusal a request would get
+//     now, asked before its body is read.
 //   - limiter_errors.go: rejections are a [*RejectError] wrapping one
 //     sentinel (ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining)
 //     with the Retry-After duration. The HTTP edge (package proxy) maps
 //     them to 429/503 once.
-//   - controller*.go (the adaptive controller) sets the cap from what the
-//     gateway measures; it calls SetLimit and may plug in the hooks. With
-//     no controller the cap is static.
 //
 // # Concurrency model
 //
-// A Limiter is safe for concurrent use. One mutex guards the cap, the count
-// of held slots, the queue, the hold-time mean and the tickets still
-// prefilling (with the pace timer); Running is also mirrored
-// in an atomic so the proxy can read it per chunk without the lock. Each
-// queued request blocks its own goroutine on a channel that the limiter
-// closes, under the lock, when it grants a slot or drains the queue; a
+// A Limiter is safe for concurrent use. One mutex guards the cap, the queue,
+// the hold-time mean and the tickets still prefilling (with the pace
+// timer), and every change of the count of held slots; that count is one
+// atomic counter, so the proxy can read it per chunk without the lock
+// (Running). Each queued request blocks its own goroutine on a channel
+// that the limiter closes, under the lock, when it grants a slot or drains the queue; a
 // waiter whose context ends or whose bound expires takes the lock, and if
 // its grant raced in it hands the slot on (cancel) or keeps it (timeout).
 // Hooks are called without the lock held and may read the limiter. The
@@ -47,7 +50,8 @@
 //
 // The limiter owns all admission state. A Ticket belongs to the request
 // that acquired it; the proxy releases it from a defer so that a panic
-// cannot leak a slot, and tells it of the first token. The controller owns
-// the decision of the cap and of the prefill limit and changes them only
-// through SetLimit and SetPacing (the Runner applies them).
+// cannot leak a slot, and tells it of the first token. The controller
+// (admission/control's Loop, or a peer) owns the decision of the cap and of
+// the prefill limit and changes them only through SetLimit and SetPacing;
+// the owner of the limiter (the gateway) installs its hooks, once.
 package admission

@@ -15,11 +15,7 @@ type Config struct {
 	// MaxQueue is how many requests may wait for a slot; 0 means none may
 	// (every request beyond the cap is rejected with ErrQueueFull).
 	MaxQueue int
-	// MaxQueueWait bounds the time a request waits in the queue when its
-	// Request.MaxWait is zero; 0 means unbounded (the request waits until
-	// it gets a slot or its context ends).
-	MaxQueueWait time.Duration
-	// Hooks are the optional Gate and RetryEstimator; see SetHooks.
+	// Hooks are the optional Gate and Refuser; see SetHooks.
 	Hooks Hooks
 }
 
@@ -31,14 +27,12 @@ const holdWeight = 1.0 / 8
 // call NewLimiter.
 type Limiter struct {
 	maxQueue int
-	maxWait  time.Duration
 	origin   time.Time // base of grantSum
 
-	running atomic.Int64 // mirror of nRunning for lock-free reads
+	running atomic.Int64 // slots held; written under mu, read without it
 
 	mu       sync.Mutex
 	limit    int
-	nRunning int
 	queue    list.List // of *waiter, front = oldest
 	draining bool
 	hooks    Hooks
@@ -69,7 +63,6 @@ type waiter struct {
 func NewLimiter(cfg Config) *Limiter {
 	l := &Limiter{
 		maxQueue: max(cfg.MaxQueue, 0),
-		maxWait:  max(cfg.MaxQueueWait, 0),
 		origin:   time.Now(),
 		limit:    max(cfg.Limit, 1),
 		hooks:    cfg.Hooks,
@@ -78,7 +71,7 @@ func NewLimiter(cfg Config) *Limiter {
 	return l
 }
 
-// SetHooks replaces the Gate and RetryEstimator, for wiring where the hooks
+// SetHooks replaces the hooks, for wiring where the hooks
 // are built after the limiter (an adaptive controller that needs the
 // limiter itself).
 func (l *Limiter) SetHooks(h Hooks) {
@@ -140,11 +133,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	l.mu.Unlock()
 
 	var timeout <-chan time.Time
-	maxWait := req.MaxWait
-	if maxWait <= 0 {
-		maxWait = l.maxWait
-	}
-	if maxWait > 0 {
+	if maxWait := req.MaxWait; maxWait > 0 {
 		timer := time.NewTimer(maxWait - time.Since(start))
 		defer timer.Stop()
 		timeout = timer.C
@@ -168,7 +157,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	case <-timeout:
 		l.mu.Lock()
 		pos := l.positionLocked(elem)
-		if pos == 1 && l.nRunning < l.limit && !l.draining && l.leaveLocked(w, elem) {
+		if pos == 1 && l.runningLocked() < l.limit && !l.draining && l.leaveLocked(w, elem) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one running, it does not refuse.
 			w.ticket = l.grantLocked(time.Now(), w.enqueued)
@@ -222,18 +211,15 @@ func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectErr
 // retryAfter asks the hook, then the built-in estimate, then falls back to
 // the queue-wait bound when nothing has been measured yet.
 func (l *Limiter) retryAfter(h Hooks, req Request, s State) time.Duration {
-	if h.Retry != nil {
-		if d := h.Retry.RetryAfter(req, s); d > 0 {
+	if h.Refuser != nil {
+		if d := h.Refuser.Refused(req, s); d > 0 {
 			return d
 		}
 	}
 	if d := EstimateRetryAfter(s); d > 0 {
 		return d
 	}
-	if req.MaxWait > 0 {
-		return req.MaxWait
-	}
-	return l.maxWait
+	return max(req.MaxWait, 0)
 }
 
 // leaveLocked removes a waiter that gave up. It returns false when the
@@ -258,8 +244,7 @@ func (l *Limiter) positionLocked(elem *list.Element) int {
 }
 
 func (l *Limiter) grantLocked(now, enqueued time.Time) *Ticket {
-	l.nRunning++
-	l.running.Store(int64(l.nRunning))
+	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
 	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued)}
 	if l.maxPrefill > 0 {
@@ -272,7 +257,7 @@ func (l *Limiter) grantLocked(now, enqueued time.Time) *Ticket {
 // mayGrantLocked reports whether a slot is free and pacing lets one more
 // request start its prefill.
 func (l *Limiter) mayGrantLocked(now time.Time) bool {
-	return l.nRunning < l.limit && (l.maxPrefill == 0 || l.livePrefillsLocked(now) < l.maxPrefill)
+	return l.runningLocked() < l.limit && (l.maxPrefill == 0 || l.livePrefillsLocked(now) < l.maxPrefill)
 }
 
 // livePrefillsLocked drops the tickets whose prefill bound has passed and
@@ -319,7 +304,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 // armPaceLocked arms the pace timer when requests wait only because of
 // pacing, for the end of the oldest prefill's bound.
 func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.queue.Len() > 0 && l.nRunning < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
+	if l.queue.Len() > 0 && l.runningLocked() < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
 		d := l.prefilling[0].granted.Add(l.prefillBound).Sub(now)
 		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
 	}
@@ -367,8 +352,7 @@ func (l *Limiter) firstToken(t *Ticket) {
 func (l *Limiter) release(t *Ticket, measured bool) {
 	now := time.Now()
 	l.mu.Lock()
-	l.nRunning--
-	l.running.Store(int64(l.nRunning))
+	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
 	l.endPrefillLocked(t)
 	if measured {
@@ -404,6 +388,10 @@ func (l *Limiter) Limit() int {
 // may call it for every chunk.
 func (l *Limiter) Running() int { return int(l.running.Load()) }
 
+// runningLocked is Running for a caller that holds l.mu (it is the same
+// counter; under the lock it cannot move).
+func (l *Limiter) runningLocked() int { return int(l.running.Load()) }
+
 // Drain stops admission: every queued request is rejected with ErrDraining
 // and so is every later Acquire. Slots already held stay held until
 // released. Drain is idempotent.
@@ -435,13 +423,13 @@ func (l *Limiter) State() State {
 
 func (l *Limiter) stateLocked(now time.Time, pos int) State {
 	hold := l.meanHold
-	if hold == 0 && l.nRunning > 0 {
+	if hold == 0 && l.runningLocked() > 0 {
 		// Nothing released yet: the mean age of the held slots is the best
 		// measured lower bound of the hold time.
-		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.nRunning)
+		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
 	}
 	st := State{
-		Now: now, Limit: l.limit, Running: l.nRunning, Queued: l.queue.Len(),
+		Now: now, Limit: l.limit, Running: l.runningLocked(), Queued: l.queue.Len(),
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
 	if l.maxPrefill > 0 && l.livePrefillsLocked(now) > 0 {

@@ -13,8 +13,10 @@ type Request struct {
 	Arrival time.Time
 	// Targets are the request's latency targets after header overrides.
 	Targets slo.Targets
-	// MaxWait bounds this request's time in the queue. Zero means the
-	// limiter's Config.MaxQueueWait.
+	// MaxWait bounds this request's time in the queue (the caller's
+	// setting, e.g. the gateway's KNEECAP_MAX_QUEUE_WAIT or the request's
+	// TTFT target). Zero means unbounded: it waits until it gets a slot or
+	// its context ends.
 	MaxWait time.Duration
 }
 
@@ -57,21 +59,25 @@ type Gate interface {
 	Admit(req Request, s State) (ok bool, retryAfter time.Duration)
 }
 
-// RetryEstimator predicts how long a rejected request should wait before
-// trying again.
-type RetryEstimator interface {
-	// RetryAfter returns the predicted time until a slot would be free for
-	// req, given s (whose Position is where req would stand in the queue).
-	// Zero or less means "use the limiter's own estimate".
-	RetryAfter(req Request, s State) time.Duration
+// Refuser is told of every refusal the limiter decides itself (queue
+// full, queue timeout, draining; and a Gate's refusal that gave no
+// Retry-After) and answers the Retry-After to send. It is a command, not a
+// query: a controller counts the refusal as demand beyond the cap, and
+// reserves the slot time it promises so that the next refused request is
+// sent to a later release.
+type Refuser interface {
+	// Refused returns the time req should wait before trying again, given
+	// s (whose Position is where req would stand in the queue). Zero or
+	// less means "use the limiter's own estimate".
+	Refused(req Request, s State) (retryAfter time.Duration)
 }
 
 // Hooks are the optional decision points of a Limiter. A nil field means
 // none: every request that fits the queue may queue, and Retry-After is the
 // limiter's own estimate (see EstimateRetryAfter).
 type Hooks struct {
-	Gate  Gate
-	Retry RetryEstimator
+	Gate    Gate
+	Refuser Refuser
 }
 
 // EstimateRetryAfter is the limiter's own prediction of the time until a

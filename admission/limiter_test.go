@@ -82,8 +82,7 @@ func TestRejections(t *testing.T) {
 		reason string
 	}{
 		{"queue full", Config{Limit: 1, MaxQueue: 0}, Request{}, 0, ErrQueueFull, "queue_full"},
-		{"queue timeout from config", Config{Limit: 1, MaxQueue: 5, MaxQueueWait: 2 * time.Second}, Request{}, 0, ErrQueueTimeout, "queue_timeout"},
-		{"queue timeout from request", Config{Limit: 1, MaxQueue: 5, MaxQueueWait: time.Hour}, Request{MaxWait: time.Second}, 0, ErrQueueTimeout, "queue_timeout"},
+		{"queue timeout from request", Config{Limit: 1, MaxQueue: 5}, Request{MaxWait: time.Second}, 0, ErrQueueTimeout, "queue_timeout"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -99,9 +98,6 @@ func TestRejections(t *testing.T) {
 				}
 				if tt.want == ErrQueueTimeout {
 					bound := tt.req.MaxWait
-					if bound == 0 {
-						bound = tt.cfg.MaxQueueWait
-					}
 					if waited := time.Since(start); waited != bound {
 						t.Fatalf("waited %v, want %v", waited, bound)
 					}
@@ -259,7 +255,7 @@ func (f gateFunc) Admit(r Request, s State) (bool, time.Duration) { return f(r, 
 
 type retryFunc func(Request, State) time.Duration
 
-func (f retryFunc) RetryAfter(r Request, s State) time.Duration { return f(r, s) }
+func (f retryFunc) Refused(r Request, s State) time.Duration { return f(r, s) }
 
 func TestGate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -299,7 +295,7 @@ func TestGate(t *testing.T) {
 func TestRetryEstimatorHook(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := NewLimiter(Config{Limit: 1})
-		l.SetHooks(Hooks{Retry: retryFunc(func(Request, State) time.Duration { return 42 * time.Second })})
+		l.SetHooks(Hooks{Refuser: retryFunc(func(Request, State) time.Duration { return 42 * time.Second })})
 		held, _ := l.Acquire(t.Context(), Request{})
 		_, err := l.Acquire(t.Context(), Request{})
 		if re := AsReject(err); re == nil || re.RetryAfter != 42*time.Second {

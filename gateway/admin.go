@@ -12,7 +12,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
 )
@@ -83,44 +83,44 @@ func joinURLPath(base, p string) string {
 }
 
 // Status is the JSON body of /status. Durations are in seconds, as in the
-// metrics. Every number that is not a count is an admission.Float: NaN or
+// metrics. Every number that is not a count is a control.Float: NaN or
 // infinity encodes as null instead of failing the document.
 type Status struct {
-	Limit    int             `json:"limit"`
-	Running  int             `json:"running"`
-	Queued   int             `json:"queued"`
-	Draining bool            `json:"draining"`
-	Adaptive bool            `json:"adaptive"`
-	MeanHold admission.Float `json:"mean_slot_hold_seconds"`
+	Limit    int           `json:"limit"`
+	Running  int           `json:"running"`
+	Queued   int           `json:"queued"`
+	Draining bool          `json:"draining"`
+	Adaptive bool          `json:"adaptive"` // the cap moves at run time: false for a static or fixed cap
+	MeanHold control.Float `json:"mean_slot_hold_seconds"`
 	// DemandRatio is as kneecap_demand_ratio.
-	DemandRatio admission.Float `json:"demand_ratio"`
-	Targets     TargetsStatus   `json:"targets"`
-	Window      WindowStatus    `json:"window"`
+	DemandRatio control.Float `json:"demand_ratio"`
+	Targets     TargetsStatus `json:"targets"`
+	Window      WindowStatus  `json:"window"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
 }
 
 // TargetsStatus lists the operator's targets in seconds (0 = unset).
 type TargetsStatus struct {
-	TTFT admission.Float `json:"ttft_seconds"`
-	TPOT admission.Float `json:"tpot_seconds"`
-	E2E  admission.Float `json:"e2e_seconds"`
+	TTFT control.Float `json:"ttft_seconds"`
+	TPOT control.Float `json:"tpot_seconds"`
+	E2E  control.Float `json:"e2e_seconds"`
 }
 
 // WindowStatus is slo.Stats in JSON form.
 type WindowStatus struct {
-	Seconds       admission.Float `json:"seconds"`
-	Requests      int             `json:"requests"`
-	Good          int             `json:"good"`
-	Missed        int             `json:"missed"`
-	Rejected      int             `json:"rejected"`
-	EngineErrors  int             `json:"engine_errors"`
-	Cancelled     int             `json:"client_cancelled"`
-	Invalid       int             `json:"invalid"`
-	Goodput       admission.Float `json:"goodput_requests_per_second"`
-	Attainment    admission.Float `json:"attainment_ratio"`
-	RejectionRate admission.Float `json:"rejections_per_second"`
-	Throughput    admission.Float `json:"output_tokens_per_second"`
+	Seconds       control.Float `json:"seconds"`
+	Requests      int           `json:"requests"`
+	Good          int           `json:"good"`
+	Missed        int           `json:"missed"`
+	Rejected      int           `json:"rejected"`
+	EngineErrors  int           `json:"engine_errors"`
+	Cancelled     int           `json:"client_cancelled"`
+	Invalid       int           `json:"invalid"`
+	Goodput       control.Float `json:"goodput_requests_per_second"`
+	Attainment    control.Float `json:"attainment_ratio"`
+	RejectionRate control.Float `json:"rejections_per_second"`
+	Throughput    control.Float `json:"output_tokens_per_second"`
 
 	TTFT       QuantilesStatus `json:"ttft"`
 	EngineTTFT QuantilesStatus `json:"engine_ttft"`
@@ -132,18 +132,18 @@ type WindowStatus struct {
 
 // QuantilesStatus is slo.Quantiles in seconds.
 type QuantilesStatus struct {
-	P50   admission.Float `json:"p50_seconds"`
-	P90   admission.Float `json:"p90_seconds"`
-	P99   admission.Float `json:"p99_seconds"`
-	Mean  admission.Float `json:"mean_seconds"`
-	Count int             `json:"count"`
+	P50   control.Float `json:"p50_seconds"`
+	P90   control.Float `json:"p90_seconds"`
+	P99   control.Float `json:"p99_seconds"`
+	Mean  control.Float `json:"mean_seconds"`
+	Count int           `json:"count"`
 }
 
 func quantilesStatus(q slo.Quantiles) QuantilesStatus {
 	return QuantilesStatus{P50: secs(q.P50), P90: secs(q.P90), P99: secs(q.P99), Mean: secs(q.Mean), Count: q.Count}
 }
 
-func secs(d time.Duration) admission.Float { return admission.Float(d.Seconds()) }
+func secs(d time.Duration) control.Float { return control.Float(d.Seconds()) }
 
 // Status returns the gateway's state, as /status shows it.
 func (g *Gateway) Status() Status {
@@ -152,13 +152,13 @@ func (g *Gateway) Status() Status {
 	t := g.cfg.Targets()
 	s := Status{
 		Limit: st.Limit, Running: st.Running, Queued: st.Queued, Draining: st.Draining,
-		Adaptive: g.ctrl != nil, MeanHold: secs(st.MeanHold), DemandRatio: admission.Float(DemandRatio(st, ws)),
+		Adaptive: g.adaptive, MeanHold: secs(st.MeanHold), DemandRatio: control.Float(DemandRatio(st, ws)),
 		Targets: TargetsStatus{TTFT: secs(t.TTFT), TPOT: secs(t.TPOT), E2E: secs(t.E2E)},
 		Window: WindowStatus{
 			Seconds: secs(ws.Span), Requests: ws.Requests, Good: ws.Good, Missed: ws.Missed,
 			Rejected: ws.Rejected, EngineErrors: ws.EngineErrors, Cancelled: ws.Cancelled, Invalid: ws.Invalid,
-			Goodput: admission.Float(ws.Goodput), Attainment: admission.Float(ws.Attainment),
-			RejectionRate: admission.Float(ws.RejectionRate), Throughput: admission.Float(ws.Throughput),
+			Goodput: control.Float(ws.Goodput), Attainment: control.Float(ws.Attainment),
+			RejectionRate: control.Float(ws.RejectionRate), Throughput: control.Float(ws.Throughput),
 			TTFT: quantilesStatus(ws.TTFT), EngineTTFT: quantilesStatus(ws.EngineTTFT), TPOT: quantilesStatus(ws.TPOT),
 			ITL: quantilesStatus(ws.ITL), E2E: quantilesStatus(ws.E2E), QueueWait: quantilesStatus(ws.QueueWait),
 		},

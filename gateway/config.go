@@ -11,6 +11,7 @@ import (
 
 	"github.com/caarlos0/env/v11"
 
+	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
@@ -107,7 +108,8 @@ type Config struct {
 	// SLOPercentile, MinCap and MaxCap are for the adaptive controller: the
 	// share of requests that must meet the targets at the chosen cap
 	// (in (0, 1)), and the bounds of the cap it may set (MaxCap 0 means
-	// the controller's own bound). The static cap ignores them.
+	// control.DefaultMaxCap). The static cap ignores them. They are read
+	// and checked here only; New hands them to the controller.
 	SLOPercentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
 	MinCap        int     `env:"MIN_CAP" envDefault:"1"`
 	MaxCap        int     `env:"MAX_CAP"`
@@ -251,18 +253,18 @@ func (c Config) Validate() error {
 		return bad("SLOWindow", "must be at most 24h")
 	case c.MaxConcurrency < 0:
 		return bad("MaxConcurrency", "must not be negative")
-	case c.MaxConcurrency > 4096:
-		return bad("MaxConcurrency", "must be at most 4096, four times the largest default of vLLM's max_num_seqs (1024)")
+	case c.MaxConcurrency > control.CapLimit:
+		return bad("MaxConcurrency", "must be at most %d, four times the largest default of vLLM's max_num_seqs (1024)", control.CapLimit)
 	case !(c.SLOPercentile > 0 && c.SLOPercentile < 1):
 		return bad("SLOPercentile", "must be between 0 and 1 (exclusive), e.g. 0.9")
 	case c.MinCap < 1:
 		return bad("MinCap", "must be at least 1")
 	case c.MaxCap != 0 && c.MaxCap < c.MinCap:
 		return bad("MaxCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
-	case c.MaxCap > 4096:
-		return bad("MaxCap", "must be at most 4096, four times the largest default of vLLM's max_num_seqs (1024)")
-	case c.MinCap > 4096:
-		return bad("MinCap", "must be at most 4096 (the highest KNEECAP_MAX_CAP)")
+	case c.MaxCap > control.CapLimit:
+		return bad("MaxCap", "must be at most %d, four times the largest default of vLLM's max_num_seqs (1024)", control.CapLimit)
+	case c.MinCap > control.CapLimit:
+		return bad("MinCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", control.CapLimit)
 	case c.MaxQueue < 0:
 		return bad("MaxQueue", "must not be negative")
 	case c.MaxQueue > 1<<20:

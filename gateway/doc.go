@@ -1,14 +1,21 @@
 // Package gateway wires kneecap's gateway together: configuration from
-// KNEECAP_* environment variables, the traffic handler chain, the admin
-// server, Prometheus metrics, and Run, which serves and drains.
+// KNEECAP_* environment variables, the traffic handler chain, the adaptive
+// controller, the admin server, Prometheus metrics, and Run, which serves
+// and drains. [New] is the one constructor: `kneecap serve` (settings from
+// the environment), the demo, the scenario suite and the relay benchmark
+// (settings as a struct) all build their gateway with it, so a new setting
+// is added to [Config] once and every caller gets it.
 //
 // # Overview
 //
 //   - config.go: [Config] (env tags, defaults) and [ConfigFromEnv], whose
 //     errors name the variable ([SettingError]).
 //   - gateway.go: [New] builds everything passively: the admission
-//     limiter, the sliding window, the metrics, the proxy and, through
-//     [WithController], an optional controller of the cap. [Gateway.Handler]
+//     limiter, the sliding window, the metrics, the proxy and the
+//     controller of the cap: its own (adaptive.go) unless [WithController]
+//     gives another (a peer algorithm) or [WithStaticCap] none. It installs
+//     the controller's limiter hooks (admission.Gate, admission.Refuser),
+//     in this one place. [Gateway.Handler]
 //     is the traffic handler (chi router: in-flight tracking, then POST
 //     /v1/chat/completions and /v1/completions admitted and measured, every
 //     other path passed through); [Gateway.AdminHandler] serves /metrics,
@@ -17,7 +24,14 @@
 //   - metrics.go: the Prometheus metrics, fed as a proxy.Observer (counters,
 //     histograms) and read at scrape time (gauges of limiter and window);
 //     [DemandRatio], the autoscaling signal.
-//   - admin.go: the admin endpoints and the /status document ([Status]).
+//   - adaptive.go: the gateway's own controller, an admission/control.Loop
+//     fed with the proxy's observations: adaptive with MaxConcurrency
+//     unset, fixed at it when set (it still answers the deadline check,
+//     paces prefills and computes Retry-After). Its settings
+//     (SLOPercentile, MinCap, MaxCap, PrefillPacing) are read and checked
+//     with the rest of Config, once.
+//   - admin.go: the admin endpoints and the /status document ([Status];
+//     "adaptive" is true only when the cap moves at run time).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //
 // Measurements flow one way: the proxy reports each observation to a fan-out

@@ -15,12 +15,15 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
 
-// Controller sets the cap at run time (the adaptive controller). Run blocks
-// until ctx ends; it must start no goroutine that outlives it.
+// Controller sets the cap at run time: the gateway's own adaptive
+// controller, or one wired in WithController (a peer algorithm in the
+// scenario suite). Run blocks until ctx ends; it must start no goroutine
+// that outlives it.
 type Controller interface {
 	Run(ctx context.Context) error
 }
@@ -50,8 +53,8 @@ type Host struct {
 // ControllerFunc builds a controller once the limiter exists. Returning
 // (nil, nil) keeps the static cap. The gateway wires the returned value
 // further by what it implements: proxy.Observer (receives every
-// observation), admission.Gate and admission.RetryEstimator (installed as
-// the limiter's hooks), StatusReporter (shown in /status).
+// observation), admission.Gate and admission.Refuser (installed as the
+// limiter's hooks), StatusReporter (shown in /status).
 type ControllerFunc func(Host) (Controller, error)
 
 // Option configures New.
@@ -60,6 +63,8 @@ type Option func(*options)
 type options struct {
 	transport  http.RoundTripper
 	controller ControllerFunc
+	static     bool
+	onChange   func(time.Time, control.Decision)
 	registry   *prometheus.Registry
 	logger     *slog.Logger
 	observers  []proxy.Observer
@@ -72,9 +77,22 @@ type options struct {
 // own http.Transport, tuned for many long streams to one host.
 func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
 
-// WithController wires in a controller of the cap. Without it the cap is
-// static.
+// WithController wires in another controller of the cap instead of the
+// gateway's own (see New).
 func WithController(f ControllerFunc) Option { return func(o *options) { o.controller = f } }
+
+// WithStaticCap wires in no controller at all (unless WithController
+// gives one): the cap stays Config.Limit(), nothing paces prefills, no
+// request is refused for a predicted deadline miss and Retry-After is the
+// limiter's own estimate (for tests of the bare relay).
+func WithStaticCap() Option { return func(o *options) { o.static = true } }
+
+// WithOnChange has the gateway's own controller call f (with its lock
+// held: keep it short) after every change of the cap, for a harness that
+// records the trajectory.
+func WithOnChange(f func(now time.Time, d control.Decision)) Option {
+	return func(o *options) { o.onChange = f }
+}
 
 // WithRegistry sets the Prometheus registry the gateway registers its
 // metrics in and serves on /metrics. Without it the gateway makes its own
@@ -108,6 +126,7 @@ type Gateway struct {
 	win       *slo.Window
 	proxy     *proxy.Proxy
 	ctrl      Controller
+	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
 	registry  *prometheus.Registry
 	transport http.RoundTripper
@@ -118,7 +137,12 @@ type Gateway struct {
 }
 
 // New builds a gateway from cfg. It validates cfg, starts nothing and
-// listens on nothing.
+// listens on nothing. It is the one place a gateway is wired: `kneecap
+// serve` (cfg from the environment), the demo, the scenario suite and the
+// relay benchmark (cfg as a struct) all call it. Unless an option says
+// otherwise the cap is set by the gateway's own controller (package
+// admission/control) from cfg: adaptive with cfg.MaxConcurrency unset,
+// fixed at it when set.
 func New(cfg Config, opts ...Option) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -147,24 +171,23 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets))
 	observers := proxy.Observers{windowObserver{g.win}, m}
 
-	if f := g.opts.controller; f != nil {
-		ctrl, err := f(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
-		if err != nil {
-			return nil, fmt.Errorf("gateway: controller: %w", err)
+	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
+	if err != nil {
+		return nil, fmt.Errorf("gateway: controller: %w", err)
+	}
+	if ctrl != nil {
+		g.ctrl, g.adaptive = ctrl, adaptive
+		// The one place the limiter's hooks are installed.
+		var hooks admission.Hooks
+		hooks.Gate, _ = ctrl.(admission.Gate)
+		hooks.Refuser, _ = ctrl.(admission.Refuser)
+		if hooks.Gate != nil || hooks.Refuser != nil {
+			g.lim.SetHooks(hooks)
 		}
-		if ctrl != nil {
-			g.ctrl = ctrl
-			var hooks admission.Hooks
-			hooks.Gate, _ = ctrl.(admission.Gate)
-			hooks.Retry, _ = ctrl.(admission.RetryEstimator)
-			if hooks.Gate != nil || hooks.Retry != nil {
-				g.lim.SetHooks(hooks)
-			}
-			if o, ok := ctrl.(proxy.Observer); ok {
-				observers = append(observers, o)
-			}
-			g.status, _ = ctrl.(StatusReporter)
+		if o, ok := ctrl.(proxy.Observer); ok {
+			observers = append(observers, o)
 		}
+		g.status, _ = ctrl.(StatusReporter)
 	}
 	observers = append(observers, g.opts.observers...)
 
@@ -188,6 +211,24 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g.traffic = g.trafficRouter()
 	g.admin = g.adminRouter()
 	return g, nil
+}
+
+// controller builds the controller the options ask for: the one of
+// WithController, none (WithStaticCap), or the gateway's own. The
+// bool says whether it moves the cap.
+func (g *Gateway) controller(h Host) (Controller, bool, error) {
+	switch {
+	case g.opts.controller != nil:
+		c, err := g.opts.controller(h)
+		return c, c != nil, err
+	case g.opts.static:
+		return nil, false, nil
+	}
+	c, err := newAdaptive(h, g.opts.onChange)
+	if err != nil {
+		return nil, false, err
+	}
+	return c, h.Config.MaxConcurrency == 0, nil
 }
 
 // maxHeaderBytes bounds the request headers a client may send (net/http's
@@ -280,7 +321,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
 	g.log.Info("gateway listening", "traffic", trafficLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.ctrl != nil)
+		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.adaptive)
 
 	eg, egCtx := errgroup.WithContext(ctx)
 	serve := func(srv *http.Server, ln net.Listener) func() error {

@@ -50,7 +50,8 @@ func start(t *testing.T, engine http.Handler, cfg Config, opts ...Option) *harne
 	tl, _ := net.Listen("tcp", "127.0.0.1:0")
 	al, _ := net.Listen("tcp", "127.0.0.1:0")
 	h := &harness{reg: prometheus.NewRegistry(), traffic: "http://" + tl.Addr().String(), admin: "http://" + al.Addr().String(), done: make(chan error, 1)}
-	opts = append(opts, WithListeners(tl, al), WithRegistry(h.reg))
+	// The bare gateway unless a test wires a controller.
+	opts = append([]Option{WithStaticCap()}, append(opts, WithListeners(tl, al), WithRegistry(h.reg))...)
 	if h.g, err = New(cfg, opts...); err != nil {
 		t.Fatal(err)
 	}

@@ -8,14 +8,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/gateway"
 	"github.com/kneecap/kneecap/proxy/proxytest"
 )
 
 // BenchmarkGatewayStream relays one stream of 100 output chunks per op
 // through the whole traffic handler as kneecap serve wires it: router,
-// admission, the adaptive controller (cap fixed, as the relay benchmark
+// admission, the gateway's controller (cap fixed, as the relay benchmark
 // sets it), the SLO window and the metrics. Events arrive from memory and
 // leave to nowhere, so this is the gateway's CPU beyond I/O: divide ns/op
 // by 103 events for the cost per event, request setup included.
@@ -33,7 +32,7 @@ func BenchmarkGatewayStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	g, err := gateway.New(cfg, gateway.WithTransport(proxytest.MemEngine{Body: []byte(sb.String())}),
-		gateway.WithRegistry(prometheus.NewRegistry()), gateway.WithController(adaptive.New(adaptive.Config{})))
+		gateway.WithRegistry(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -59,7 +59,7 @@ func runAgainstSim(t *testing.T, flavor sim.Flavor) {
 	var rec windowlessRecorder
 	engT := engL.Transport()
 	gwL, adminL := proxytest.NewPipeListener(), proxytest.NewPipeListener()
-	g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithObserver(&rec))
+	g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithStaticCap(), WithObserver(&rec))
 	if err != nil {
 		t.Fatal(err)
 	}

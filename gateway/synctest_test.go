@@ -50,7 +50,7 @@ func TestVirtualTime(t *testing.T) {
 			t.Fatal(err)
 		}
 		var obs windowlessRecorder
-		g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithObserver(&obs))
+		g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithStaticCap(), WithObserver(&obs))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
-	"github.com/kneecap/kneecap/admission/adaptive"
+	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/admission/peers"
 	"github.com/kneecap/kneecap/gateway"
 	"github.com/kneecap/kneecap/proxy"
@@ -41,41 +41,31 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	}
 	fe := &frontend{}
 	start := time.Now()
-	var ctrl gateway.ControllerFunc
+	opts := []gateway.Option{gateway.WithTransport(engine.tr), gateway.WithLogger(log), gateway.WithListeners(traffic, admin)}
 	switch r.Mode.Kind {
 	case "static", "adaptive":
-		acfg, err := adaptive.ConfigFromEnv(nil)
-		if err != nil {
-			return nil, err
-		}
-		acfg.OnChange = func(now time.Time, d admission.Decision) { fe.traj.add(now, d.Cap) }
-		ctrl = func(h gateway.Host) (gateway.Controller, error) {
-			c, err := adaptive.New(acfg)(h)
-			if err == nil {
-				fe.traj = newTrajectory(start, h.Limiter.Limit())
-			}
-			return c, err
-		}
+		// The gateway's own controller; its trajectory starts at the
+		// cap it set when built.
+		opts = append(opts, gateway.WithOnChange(func(now time.Time, d control.Decision) { fe.traj.add(now, d.Cap) }))
 	case "peer":
 		alg, err := newPeer(r.Mode.Peer)
 		if err != nil {
 			return nil, err
 		}
-		ctrl = func(h gateway.Host) (gateway.Controller, error) {
+		opts = append(opts, gateway.WithController(func(h gateway.Host) (gateway.Controller, error) {
 			h.Limiter.SetLimit(alg.Limit())
 			fe.traj = newTrajectory(start, alg.Limit())
 			return &peerDriver{alg: alg, lim: h.Limiter, traj: fe.traj}, nil
-		}
+		}))
 	default:
 		return nil, fmt.Errorf("unknown mode %q", r.Mode.Kind)
 	}
-	fe.gw, err = gateway.New(cfg,
-		gateway.WithTransport(engine.tr),
-		gateway.WithController(ctrl),
-		gateway.WithLogger(log),
-		gateway.WithListeners(traffic, admin))
+	fe.gw, err = gateway.New(cfg, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if fe.traj == nil {
+		fe.traj = newTrajectory(start, fe.gw.Limiter().Limit())
 	}
 	return fe, nil
 }

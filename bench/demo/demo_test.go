@@ -40,7 +40,7 @@ func TestShortDemo(t *testing.T) {
 }
 
 func TestChooseController(t *testing.T) {
-	if c, err := chooseController(benchReport(nil)); err != nil || c.New == nil || !strings.Contains(c.Why, "adaptive") {
+	if c, err := chooseController(benchReport(nil)); err != nil || c.Cap != 0 || !strings.Contains(c.Why, "adaptive") {
 		t.Fatalf("not the adaptive controller: %+v, %v", c, err)
 	}
 	if c := staticAtKnee(benchReport(nil)); c.Cap != 1 {

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/bench"
 	kgw "github.com/kneecap/kneecap/gateway"
 )
@@ -23,11 +22,9 @@ type gateway struct {
 // controller is how the demo's gateway decides how many requests run on
 // the engine at once.
 type controller struct {
-	// Cap is a static cap, used when New is nil.
+	// Cap is the gateway's KNEECAP_MAX_CONCURRENCY: a static cap, or 0 for
+	// the gateway's adaptive controller.
 	Cap int
-	// New builds a controller that sets the cap itself (the adaptive one);
-	// nil means the static Cap.
-	New kgw.ControllerFunc
 	// Why says where the choice came from, for the demo's output.
 	Why string
 }
@@ -38,11 +35,7 @@ type controller struct {
 // MAX_CAP 512), no tuning; the engine-alone run does not inform it. The
 // static alternative, kept for comparison, is staticAtKnee.
 func chooseController(bench.Report) (controller, error) {
-	cfg, err := adaptive.ConfigFromEnv(nil) // nothing set: the defaults
-	if err != nil {
-		return controller{}, err
-	}
-	return controller{New: adaptive.New(cfg), Why: "adaptive cap with its defaults, no tuning"}, nil
+	return controller{Cap: 0, Why: "adaptive cap with its defaults, no tuning"}, nil
 }
 
 // staticAtKnee is a static cap where the engine-alone run measured the
@@ -79,12 +72,7 @@ func newGateway(upstream string, traffic net.Listener, targets bench.Targets, ct
 	cfg.SLOTTFT, cfg.SLOTPOT, cfg.SLOE2E = targets.TTFT, targets.TPOT, targets.E2E
 	cfg.MaxConcurrency = ctl.Cap
 	cfg.DrainTimeout = 5 * time.Second
-	opts := []kgw.Option{kgw.WithListeners(traffic, admin), kgw.WithLogger(log)}
-	if ctl.New != nil {
-		cfg.MaxConcurrency = 0
-		opts = append(opts, kgw.WithController(ctl.New))
-	}
-	g, err := kgw.New(cfg, opts...)
+	g, err := kgw.New(cfg, kgw.WithListeners(traffic, admin), kgw.WithLogger(log))
 	if err != nil {
 		admin.Close()
 		return nil, err

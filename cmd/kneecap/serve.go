@@ -9,14 +9,14 @@ import (
 	"github.com/kneecap/kneecap/gateway"
 )
 
-// serveOptions are extra gateway options that other files of this command
-// add in their init (the adaptive controller wires itself in this way).
-var serveOptions []gateway.Option
-
 func init() {
 	register("serve", "run the gateway in front of an engine (configured by KNEECAP_* env vars)", runServe)
 }
 
+// runServe builds the gateway from the environment with gateway.New, which
+// wires its own controller: adaptive with KNEECAP_MAX_CONCURRENCY unset,
+// fixed at it when set (the controller then only answers the deadline
+// check, paces prefills and computes Retry-After).
 func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -30,8 +30,7 @@ func runServe(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	opts := append([]gateway.Option{gateway.WithLogger(gateway.NewLogger(cfg, stderr))}, serveOptions...)
-	g, err := gateway.New(cfg, opts...)
+	g, err := gateway.New(cfg, gateway.WithLogger(gateway.NewLogger(cfg, stderr)))
 	if err != nil {
 		return err
 	}

@@ -13,18 +13,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/gateway"
 )
 
 // runGateway is the "gateway" child role: kneecap's gateway built from
 // package gateway exactly as `kneecap serve` builds it (configuration from
-// the same KNEECAP_* variables, its logger, its listeners), plus
-// net/http/pprof on a third listener of its own. Like `kneecap serve`
-// (cmd/kneecap/adaptive.go), it wires in the adaptive controller, which
-// observes every chunk even when KNEECAP_MAX_CONCURRENCY fixes the cap.
-// `kneecap serve` exposes no
-// pprof, so the harness measures kneecap as the serve binary and takes the
+// the same KNEECAP_* variables, gateway.New with its own controller, which
+// observes every chunk even when KNEECAP_MAX_CONCURRENCY fixes the cap, its
+// logger, its listeners), plus net/http/pprof on a third listener of its
+// own. `kneecap serve` exposes no pprof, so the harness measures kneecap as the serve binary and takes the
 // profiles and the live heap from this twin in a separate pass.
 func runGateway(stdout io.Writer) error {
 	cfg, err := gateway.ConfigFromEnv(os.Environ())
@@ -39,12 +36,7 @@ func runGateway(stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	acfg, err := adaptive.ConfigFromEnv(os.Environ())
-	if err != nil {
-		return usageError{err}
-	}
-	g, err := gateway.New(cfg, gateway.WithLogger(gateway.NewLogger(cfg, os.Stderr)), gateway.WithListeners(traffic, admin),
-		gateway.WithController(adaptive.New(acfg)))
+	g, err := gateway.New(cfg, gateway.WithLogger(gateway.NewLogger(cfg, os.Stderr)), gateway.WithListeners(traffic, admin))
 	if err != nil {
 		return err
 	}

@@ -7,7 +7,7 @@
 // engines.go starts the uvicorn test engine as a process (testengine.Launch,
 // restarted by keepEngineUp after each kill fault) and the simulator
 // in-process with its own faults, and a real gateway in front of each,
-// configured as `kneecap serve` is (gateway.ConfigFromEnv plus the adaptive
+// configured as `kneecap serve` is (gateway.ConfigFromEnv, then gateway.New with its own
 // controller). load.go runs one goroutine per closed-loop user: mixed
 // requests, random X-Test-Fault headers, bad clients. classify.go judges
 // each answer from its client's view (complete, an OpenAI-shaped error, the

@@ -17,7 +17,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kneecap/kneecap/admission/adaptive"
 	"github.com/kneecap/kneecap/gateway"
 	"github.com/kneecap/kneecap/sim"
 	"github.com/kneecap/kneecap/testengine"
@@ -173,9 +172,8 @@ func (s *soak) startAll() (func() []string, error) {
 
 // startGateway runs a gateway in front of upstream, configured as `kneecap
 // serve` is: settings parsed from KNEECAP_* variables by
-// gateway.ConfigFromEnv, and the adaptive controller wired in as
-// cmd/kneecap/adaptive.go does (it sets the cap when
-// KNEECAP_MAX_CONCURRENCY is unset, and otherwise still answers the
+// gateway.ConfigFromEnv, and gateway.New's own controller (it sets the cap
+// when KNEECAP_MAX_CONCURRENCY is unset, and otherwise still answers the
 // deadline check and Retry-After). It listens on 127.0.0.1 only.
 func (s *soak) startGateway(t *target, upstream string, log *slog.Logger, env ...string) (func() error, error) {
 	environ := append([]string{"KNEECAP_UPSTREAM=" + upstream, "KNEECAP_LISTEN=127.0.0.1:0", "KNEECAP_ADMIN_LISTEN=127.0.0.1:0"}, boundsEnv...)
@@ -194,7 +192,7 @@ func (s *soak) startGateway(t *target, upstream string, log *slog.Logger, env ..
 	}
 	t.reg = prometheus.NewRegistry()
 	t.gw, err = gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithRegistry(t.reg),
-		gateway.WithLogger(log.With("gateway", t.name)), gateway.WithController(adaptive.New(adaptive.Config{})))
+		gateway.WithLogger(log.With("gateway", t.name)))
 	if err != nil {
 		tl.Close()
 		al.Close()

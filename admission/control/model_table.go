@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"math"
@@ -18,8 +18,8 @@ type prediction struct {
 	// Hold is the mean slot hold, MeanTTFT + (mean output - 1) * mean TPOT;
 	// by Little's law the engine completes n/Hold requests per second.
 	Hold float64
-	// Gap is the mean time per output chunk, MeanEngineTTFT the curve's
-	// mean engine TTFT, both at n.
+	// Gap is the mean time per output chunk and CurveTTFT the fitted
+	// curve's mean engine TTFT, both at n.
 	Gap, CurveTTFT float64
 }
 
@@ -33,14 +33,14 @@ type spread struct {
 // refresh; decisions between two refreshes read it through predict, which
 // computes the levels above from the fitted curves.
 type table struct {
-	ok  bool
-	bad bool // not ok because a fit or prediction was not finite
-	at  time.Time
-	s   spread
-	p   []prediction // index n, up to the highest level with measurements
-	ttf []sample     // live engine TTFT samples
-	tp  []float64    // live TPOT ratios, sorted
-	att map[slo.Targets][]float64
+	ok         bool
+	bad        bool // not ok because a fit or prediction was not finite
+	at         time.Time
+	s          spread
+	p          []prediction // index n, up to the highest level with measurements
+	engineTTFT []sample     // live engine TTFT samples
+	tp         []float64    // live TPOT ratios, sorted
+	att        map[slo.Targets][]float64
 	// attCap is the cap att was computed around.
 	attCap int
 }
@@ -90,7 +90,7 @@ func (c *Controller) refresh(now time.Time) {
 	s := c.spreadAt(now)
 	c.tab.s = s
 	live := c.ttftSamples.live(now)
-	c.tab.at, c.tab.ttf, c.tab.att = now, live, map[slo.Targets][]float64{}
+	c.tab.at, c.tab.engineTTFT, c.tab.att = now, live, map[slo.Targets][]float64{}
 	c.tab.tp = c.tpotR.values(now)
 	if k := len(c.tab.tp); k > 64 { // a thinned sample keeps the cost bounded
 		thin := make([]float64, 64)
@@ -236,9 +236,9 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 		at := 1.0
 		if tt > 0 {
 			at = step(tt-x.TTFT, 0.005*tt) // before any sample: the prediction
-			if len(c.tab.ttf) > 0 {
+			if len(c.tab.engineTTFT) > 0 {
 				sw, sa := 0.0, 0.0
-				for _, smp := range c.tab.ttf {
+				for _, smp := range c.tab.engineTTFT {
 					w := math.Exp(-float64(c.tab.at.Sub(smp.t))/float64(c.cfg.Memory) - math.Abs(float64(n-smp.n)))
 					y := smp.y + x.CurveTTFT - c.ttft.at(float64(smp.n))
 					sw += w

@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"fmt"
@@ -186,11 +186,11 @@ func (c *Controller) PrefillLimit() int {
 	if c.prefills == 0 {
 		c.prefills = 1
 	}
-	if len(c.tab.ttf) < 8 {
+	if len(c.tab.engineTTFT) < 8 {
 		return c.prefills
 	}
-	ys := make([]float64, len(c.tab.ttf))
-	for i, s := range c.tab.ttf {
+	ys := make([]float64, len(c.tab.engineTTFT))
+	for i, s := range c.tab.engineTTFT {
 		ys[i] = s.y
 	}
 	sort.Float64s(ys)
@@ -250,11 +250,12 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 	return true
 }
 
-// RetryAfter is the predicted time until a slot frees for a request refused
-// for another reason (queue full, queue timeout) with queued requests
-// waiting: wait(queued + promised) - budget/2, at least zero (the gateway
-// rounds up to whole seconds).
-func (c *Controller) RetryAfter(now time.Time, queued int) time.Duration {
+// Promise returns the Retry-After for a request refused for another reason
+// than the deadline (queue full, queue timeout) with queued requests
+// waiting, wait(queued + promised) - budget/2, at least zero (the gateway
+// rounds up to whole seconds), and remembers the promise (see promise): it
+// is not a query.
+func (c *Controller) Promise(now time.Time, queued int) time.Duration {
 	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now))
 }
 

@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"github.com/kneecap/kneecap/slo"
@@ -169,7 +169,7 @@ func TestAdmitDeadline(t *testing.T) {
 		t.Errorf("Retry-After %v then %v: want positive and later for the second", ra1, ra2)
 	}
 	// Promises expire: much later the first answer comes back.
-	if ra3 := c.RetryAfter(now.Add(time.Hour), 0); ra3 >= ra2 {
+	if ra3 := c.Promise(now.Add(time.Hour), 0); ra3 >= ra2 {
 		t.Errorf("Retry-After an hour later %v, want below %v", ra3, ra2)
 	}
 }

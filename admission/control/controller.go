@@ -1,10 +1,11 @@
-package admission
+package control
 
 import (
 	"fmt"
-	"github.com/kneecap/kneecap/slo"
 	"math"
 	"time"
+
+	"github.com/kneecap/kneecap/slo"
 )
 
 // DefaultMaxCap is the highest cap the controller sets when MaxCap is unset
@@ -13,8 +14,8 @@ import (
 const DefaultMaxCap = 512
 
 // CapLimit is the highest cap a setting may ask for (KNEECAP_MAX_CAP,
-// KNEECAP_MIN_CAP, KNEECAP_MAX_CONCURRENCY; gateway.Config.Validate and
-// adaptive.ConfigFromEnv hold them to it): four times the largest default
+// KNEECAP_MIN_CAP, KNEECAP_MAX_CONCURRENCY; gateway.Config.Validate holds
+// them to it): four times the largest default
 // of vLLM's max_num_seqs (1024 on GPUs of 70 GiB or more, 256 on others),
 // the most sequences an engine batches at once. A higher cap bounds
 // nothing, and what the controller keeps per level may grow to it.
@@ -156,7 +157,7 @@ const (
 
 // Controller chooses the concurrency cap from live measurements. It is pure
 // logic: every method takes the time as an argument and it starts nothing.
-// It is not safe for concurrent use; the Runner serialises calls.
+// It is not safe for concurrent use; the Loop serialises calls.
 //
 // What it learns, each sample tagged with n, the requests running on the
 // engine at that moment:

@@ -1,16 +1,18 @@
-package admission
+package control
 
 import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/kneecap/kneecap/admission"
 )
 
-func newTestRunner(t *testing.T) *Runner {
+func newTestLoop(t *testing.T) *Loop {
 	t.Helper()
-	r, err := NewRunner(RunnerConfig{
+	r, err := NewLoop(LoopConfig{
 		Controller: ControllerConfig{MaxCap: 64, InitialCap: 8},
-		Limiter:    NewLimiter(Config{Limit: 8}),
+		Limiter:    admission.NewLimiter(admission.Config{Limit: 8}),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -20,7 +22,7 @@ func newTestRunner(t *testing.T) *Runner {
 
 // gapWeight is the controller's total gap weight over all levels: with
 // every observation at the same instant nothing decays, so it counts them.
-func gapWeight(r *Runner) float64 {
+func gapWeight(r *Loop) float64 {
 	var w float64
 	for _, l := range r.c.gap.levels {
 		w += l.w
@@ -28,11 +30,11 @@ func gapWeight(r *Runner) float64 {
 	return w
 }
 
-// TestRunnerChunkDoesNotWait: a chunk observation made while the runner's
+// TestLoopChunkDoesNotWait: a chunk observation made while the loop's
 // mutex is held returns at once, and the next holder applies it before
 // anything else.
-func TestRunnerChunkDoesNotWait(t *testing.T) {
-	r := newTestRunner(t)
+func TestLoopChunkDoesNotWait(t *testing.T) {
+	r := newTestLoop(t)
 	now := time.Now()
 	r.mu.Lock()
 	done := make(chan struct{})
@@ -44,7 +46,7 @@ func TestRunnerChunkDoesNotWait(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		r.mu.Unlock()
-		t.Fatal("Chunk waited for the runner's mutex")
+		t.Fatal("Chunk waited for the loop's mutex")
 	}
 	if w := gapWeight(r); w != 0 {
 		t.Errorf("gap weight %v while the mutex was held, want 0 (applied by the next holder)", w)
@@ -58,12 +60,12 @@ func TestRunnerChunkDoesNotWait(t *testing.T) {
 	}
 }
 
-// TestRunnerChunkConcurrent: many streams reporting chunks at once while
-// other callers take the runner's mutex (and drain the queue): every
+// TestLoopChunkConcurrent: many streams reporting chunks at once while
+// other callers take the loop's mutex (and drain the queue): every
 // observation is applied exactly once. (Decide and Status age the levels
 // to the present, so they would blur the count.)
-func TestRunnerChunkConcurrent(t *testing.T) {
-	r := newTestRunner(t)
+func TestLoopChunkConcurrent(t *testing.T) {
+	r := newTestLoop(t)
 	now := time.Now()
 	const streams, chunks = 16, 2000
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"cmp"
@@ -16,19 +16,6 @@ type sample struct {
 
 func (s sample) at() time.Time { return s.t }
 
-// localQuantile estimates the p-quantile of a latency at running count n
-// from samples taken at nearby counts. Each sample is moved to n along the
-// mean curve, y_i + mean(n) - mean(n_i), and weighted by its recency and
-// its distance in running count,
-//
-//	w_i = exp(-age_i/tau) * exp(-|n - n_i| / h),  h = 1,
-//
-// so a level's own samples dominate its estimate (its spread, which grows
-// with n as prefills collide more often, is its own) while levels without
-// samples borrow from their neighbours. The quantile interpolates the
-// weighted empirical distribution, so it moves smoothly as samples come and
-// go instead of jumping between the modes of a two-humped distribution.
-// It returns false with no samples.
 // localReach is how far, in running requests, a sample can weigh in
 // localQuantile: its weight carries a factor exp(-|n - n_i|), and
 // exp(-28) < 1e-12, the weight below which a sample is skipped.
@@ -48,6 +35,19 @@ func localSpan(samples []sample) (lo, hi int) {
 	return lo - localReach, hi + localReach
 }
 
+// localQuantile estimates the p-quantile of a latency at running count n
+// from samples taken at nearby counts. Each sample is moved to n along the
+// mean curve, y_i + mean(n) - mean(n_i), and weighted by its recency and
+// its distance in running count,
+//
+//	w_i = exp(-age_i/tau) * exp(-|n - n_i| / h),  h = 1,
+//
+// so a level's own samples dominate its estimate (its spread, which grows
+// with n as prefills collide more often, is its own) while levels without
+// samples borrow from their neighbours. The quantile interpolates the
+// weighted empirical distribution, so it moves smoothly as samples come and
+// go instead of jumping between the modes of a two-humped distribution.
+// It returns false with no samples.
 func localQuantile(samples []sample, n int, p float64, now time.Time, tau time.Duration, meanAt func(float64) float64, buf []wsample) (float64, bool) {
 	buf, total := localWeights(samples, n, now, tau, meanAt, buf)
 	if total == 0 {

@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"context"
@@ -8,36 +8,38 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
 )
 
-// RunnerConfig wires a Controller to a Limiter.
-type RunnerConfig struct {
+// LoopConfig wires a Controller to a limiter.
+type LoopConfig struct {
 	// Controller configures the decisions.
 	Controller ControllerConfig
-	// Limiter is the limiter whose cap the runner sets; required. The
-	// runner installs itself as its Gate and RetryEstimator.
-	Limiter *Limiter
+	// Limiter is the limiter whose cap and prefill limit the loop sets;
+	// required. Its hooks are the caller's to install (Hooks).
+	Limiter *admission.Limiter
 	// Logger receives one line per change of the cap; nil means
 	// slog.Default().
 	Logger *slog.Logger
 	// Registerer receives the kneecap_controller_* metrics; nil means none.
 	Registerer prometheus.Registerer
-	// OnChange, when set, is called (with the runner's lock held: keep it
+	// OnChange, when set, is called (with the loop's lock held: keep it
 	// short) after every change of the cap, for recording a trajectory.
 	OnChange func(now time.Time, d Decision)
 }
 
-// Runner runs a Controller against a Limiter: it feeds it what the proxy
-// observes, calls Decide every Interval and applies the cap with SetLimit,
-// and answers the limiter's Gate (the deadline check) and RetryEstimator.
+// Loop is the control loop: it runs a Controller against a limiter, feeds
+// it what the gateway observes, calls Decide every Interval and applies the
+// cap with SetLimit, and answers the limiter's hooks (Hooks): the deadline
+// check (Admit) and the other refusals (Refused).
 // It is safe for concurrent use; one mutex serialises the controller.
 // Every stream reports every chunk (Chunk), so a stream never waits for
 // that mutex: an observation that finds it held waits in gaps, and whoever
 // takes the mutex next applies it before anything else (lock), so every
 // decision still sees every chunk observed before it.
-type Runner struct {
-	l       *Limiter
+type Loop struct {
+	l       *admission.Limiter
 	log     *slog.Logger
 	metrics *controllerMetrics
 	onChg   func(time.Time, Decision)
@@ -51,18 +53,19 @@ type Runner struct {
 }
 
 var (
-	_ Gate           = (*Runner)(nil)
-	_ RetryEstimator = (*Runner)(nil)
+	_ admission.Gate    = (*Loop)(nil)
+	_ admission.Refuser = (*Loop)(nil)
 )
 
-// NewRunner returns a runner and installs its hooks on the limiter, whose
-// cap it sets to the controller's initial cap. It starts nothing.
-func NewRunner(cfg RunnerConfig) (*Runner, error) {
+// NewLoop returns a loop and sets the limiter's cap to the controller's
+// initial cap and its prefill limit. It starts nothing and installs no
+// hook: the owner of the limiter installs Hooks (the gateway does, once).
+func NewLoop(cfg LoopConfig) (*Loop, error) {
 	m, err := newControllerMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	r := &Runner{
+	r := &Loop{
 		l: cfg.Limiter, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
 		c: NewController(cfg.Controller),
 	}
@@ -72,13 +75,12 @@ func NewRunner(cfg RunnerConfig) (*Runner, error) {
 	r.l.SetLimit(r.c.Cap())
 	r.pacing = r.c.PrefillLimit()
 	r.l.SetPacing(r.pacing, r.c.Config().TTFT)
-	r.l.SetHooks(Hooks{Gate: r, Retry: r})
 	r.metrics.cap.Set(float64(r.c.Cap()))
 	return r, nil
 }
 
 // Run calls Decide every Interval until ctx ends; it returns nil then.
-func (r *Runner) Run(ctx context.Context) error {
+func (r *Loop) Run(ctx context.Context) error {
 	t := time.NewTicker(r.c.Config().Interval)
 	defer t.Stop()
 	for {
@@ -91,21 +93,26 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 }
 
-// lock takes the runner's mutex and applies the chunk observations that
+// Hooks returns the limiter hooks this loop answers.
+func (r *Loop) Hooks() admission.Hooks {
+	return admission.Hooks{Gate: r, Refuser: r}
+}
+
+// lock takes the loop's mutex and applies the chunk observations that
 // waited for it.
-func (r *Runner) lock() {
+func (r *Loop) lock() {
 	r.mu.Lock()
 	r.applyGapsLocked()
 }
 
-func (r *Runner) applyGapsLocked() {
+func (r *Loop) applyGapsLocked() {
 	r.gaps.drain(func(p pendingGap) {
 		r.noteLocked(p.running, 0)
 		r.c.ObserveGap(p.at, p.running, p.gap)
 	})
 }
 
-func (r *Runner) tick(now time.Time) {
+func (r *Loop) tick(now time.Time) {
 	st := r.l.State()
 	r.lock()
 	defer r.mu.Unlock()
@@ -129,7 +136,7 @@ func (r *Runner) tick(now time.Time) {
 }
 
 // applyLocked applies a changed cap to the limiter and reports it.
-func (r *Runner) applyLocked(now time.Time, old int, d Decision) {
+func (r *Loop) applyLocked(now time.Time, old int, d Decision) {
 	r.l.SetLimit(d.Cap)
 	r.metrics.change(old, d.Cap)
 	r.log.Info("concurrency cap changed", "from", old, "to", d.Cap, "reason", d.Reason)
@@ -142,14 +149,14 @@ func (r *Runner) applyLocked(now time.Time, old int, d Decision) {
 }
 
 // noteLocked keeps the peak counts between two decisions.
-func (r *Runner) noteLocked(running, queued int) {
+func (r *Loop) noteLocked(running, queued int) {
 	r.peakRun = max(r.peakRun, running)
 	r.peakQue = max(r.peakQue, queued)
 }
 
 // FirstChunk records a stream's first output chunk: engine TTFT, with the
 // number of requests running on the engine then.
-func (r *Runner) FirstChunk(now time.Time, running int, engineTTFT time.Duration) {
+func (r *Loop) FirstChunk(now time.Time, running int, engineTTFT time.Duration) {
 	r.lock()
 	r.noteLocked(running, 0)
 	r.c.ObserveFirst(now, running, engineTTFT)
@@ -157,13 +164,13 @@ func (r *Runner) FirstChunk(now time.Time, running int, engineTTFT time.Duration
 }
 
 // Chunk records the gap before a later output chunk, with the number of
-// requests running then. It never waits for the runner's mutex: with
+// requests running then. It never waits for the loop's mutex: with
 // thousands of streams reporting, a holder that the OS deschedules would
 // otherwise queue every stream behind it, and the queue (a mutex in
 // starvation mode hands itself from waiter to waiter) outlives the
 // descheduling. An observation that finds the mutex held is queued for the
 // next holder; the retry below applies it at once if the holder has left.
-func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
+func (r *Loop) Chunk(now time.Time, running int, gap time.Duration) {
 	if !r.mu.TryLock() {
 		r.gaps.add(pendingGap{at: now, running: running, gap: gap})
 		if !r.mu.TryLock() {
@@ -185,7 +192,7 @@ func (r *Runner) Chunk(now time.Time, running int, gap time.Duration) {
 // away still measured what it streamed until then (and a client may close
 // its end the moment the last chunk arrived). A request with several
 // choices is skipped too: its chunks interleave them.
-func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
+func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 || rec.Choices > 1 ||
 		rec.Outcome.Has(slo.Rejected) || rec.Outcome.Has(slo.EngineError) || rec.Outcome.Has(slo.InvalidRequest) {
 		return
@@ -206,7 +213,7 @@ func (r *Runner) Finished(now time.Time, rec slo.Record, running int) {
 }
 
 // Admit implements Gate: the deadline check of a request that would queue.
-func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
+func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Duration) {
 	now := s.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -231,9 +238,11 @@ func (r *Runner) Admit(req Request, s State) (bool, time.Duration) {
 	return true, 0
 }
 
-// RetryAfter implements RetryEstimator for the other rejections (queue
-// full, queue timeout): the predicted time until a slot frees.
-func (r *Runner) RetryAfter(req Request, s State) time.Duration {
+// Refused implements admission.Refuser for the refusals the limiter
+// decides itself (queue full, queue timeout, draining): it counts the
+// refusal as demand beyond the cap for the next decision, and returns the
+// Retry-After the controller promises (Controller.Promise).
+func (r *Loop) Refused(_ admission.Request, s admission.State) time.Duration {
 	now := s.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -242,18 +251,18 @@ func (r *Runner) RetryAfter(req Request, s State) time.Duration {
 	defer r.mu.Unlock()
 	r.rejected++
 	r.noteLocked(s.Running, s.Queued)
-	return max(r.c.RetryAfter(now, max(s.Position-1, 0)), time.Nanosecond)
+	return max(r.c.Promise(now, max(s.Position-1, 0)), time.Nanosecond)
 }
 
 // Cap returns the current cap.
-func (r *Runner) Cap() int {
+func (r *Loop) Cap() int {
 	r.lock()
 	defer r.mu.Unlock()
 	return r.c.Cap()
 }
 
 // Status returns the controller's state for /status.
-func (r *Runner) Status() any {
+func (r *Loop) Status() any {
 	r.lock()
 	defer r.mu.Unlock()
 	return r.c.Status(time.Now())

@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"math"
@@ -244,18 +244,18 @@ const outlierFactor = 3
 // gap 10-50 times the typical one) are left out of both means, since how
 // often they come changes with the cap; a run of them is itself a shift.
 type shiftDetector struct {
-	long, short      time.Duration
-	k                float64
-	minShort, minLon float64
-	maxN             int
-	lv               []shiftLevel // grown on demand up to maxN, as curve.levels
-	strikes          int
+	long, short       time.Duration
+	k                 float64
+	minShort, minLong float64
+	maxN              int
+	lv                []shiftLevel // grown on demand up to maxN, as curve.levels
+	strikes           int
 }
 
 type shiftLevel struct{ long, short, outliers decayed }
 
 func newShiftDetector(maxN int, long, short time.Duration, k, minShort, minLong float64) *shiftDetector {
-	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLon: minLong, maxN: maxN}
+	return &shiftDetector{long: long, short: short, k: k, minShort: minShort, minLong: minLong, maxN: maxN}
 }
 
 func (s *shiftDetector) add(now time.Time, n int, y float64) {
@@ -296,12 +296,12 @@ func (s *shiftDetector) check(now time.Time, n int) (float64, bool) {
 		long.w, long.sum = long.w+l.long.w, long.sum+l.long.sum
 		out.w += l.outliers.w
 	}
-	if long.w >= s.minLon && out.w >= s.minShort/4 && out.w > short.w {
+	if long.w >= s.minLong && out.w >= s.minShort/4 && out.w > short.w {
 		// Most recent samples were outliers: a regime at least
 		// outlierFactor times slower (whose samples come at most a
 		// third as often).
 		short.w, short.sum = 1, outlierFactor*long.mean()
-	} else if short.w < s.minShort || long.w < s.minLon {
+	} else if short.w < s.minShort || long.w < s.minLong {
 		s.strikes = 0
 		return 1, false
 	}

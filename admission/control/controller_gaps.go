@@ -1,4 +1,4 @@
-package admission
+package control
 
 import (
 	"math/rand/v2"
@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// pendingGap is one Runner.Chunk observation that found the runner's lock
+// pendingGap is one Loop.Chunk observation that found the loop's lock
 // held.
 type pendingGap struct {
 	at      time.Time
@@ -18,10 +18,10 @@ type pendingGap struct {
 // gapShards spreads the streams that add at the same moment.
 const gapShards = 8
 
-// gapQueue holds the chunk observations that wait for the runner's lock,
-// so that no stream waits for the controller (see Runner.Chunk). Adding
+// gapQueue holds the chunk observations that wait for the loop's lock,
+// so that no stream waits for the controller (see Loop.Chunk). Adding
 // takes a free shard, and waits only when every shard is being added to at
-// that instant; draining runs under the runner's lock, one drain at a time.
+// that instant; draining runs under the loop's lock, one drain at a time.
 type gapQueue struct {
 	n      atomic.Int64 // observations waiting; lets a drain skip empty shards
 	shards [gapShards]gapShard
@@ -56,7 +56,7 @@ func (s *gapShard) push(g *gapQueue, p pendingGap) {
 }
 
 // drain passes every waiting observation to f. Calls must not overlap
-// (the runner's lock serialises them); adds may run meanwhile.
+// (the loop's lock serialises them); adds may run meanwhile.
 func (g *gapQueue) drain(f func(pendingGap)) {
 	if g.n.Load() == 0 {
 		return

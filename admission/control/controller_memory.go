@@ -1,0 +1,102 @@
+package control
+
+import "time"
+
+// What the controller remembers between decisions besides the model: the
+// levels the cap was lowered from (barred from raises for a while), the
+// levels probed from, and how often there was demand.
+
+// failure is the record of the cap having been lowered from a level.
+type failure struct {
+	at    time.Time
+	count int
+}
+
+// probeBackoff is how long a level waits to be probed from again after
+// its first probe (see shouldProbe).
+const (
+	probeBackoff    = 8 * time.Minute
+	maxProbeBackoff = 32 * time.Minute
+)
+
+// failBackoff is how long a level the cap was lowered from stays barred
+// after its first failure; it doubles with each further one, up to
+// maxFailBackoff.
+const (
+	failBackoff    = 30 * time.Second
+	maxFailBackoff = 5 * time.Minute
+)
+
+// mayRaiseTo reports whether level n is not barred by a recent failure
+// there: a level measured to miss is not retried at once on the strength
+// of an extrapolation, which would make the cap flap between n-1 and n.
+func (c *Controller) mayRaiseTo(now time.Time, n int) bool {
+	f, ok := c.failed[n]
+	if !ok {
+		return true
+	}
+	b := failBackoff << min(f.count-1, 4)
+	if now.Sub(f.at) >= min(b, maxFailBackoff) {
+		if now.Sub(f.at) > 2*maxFailBackoff {
+			delete(c.failed, n)
+		}
+		return true
+	}
+	return false
+}
+
+// shouldProbe reports whether the level above the cap is unknown: the
+// model rests on one level (no slope can be fitted) and the level above has
+// few recent samples, while the extrapolation forbids it. Probing it is the only
+// way to learn; the cap comes back down if the new level misses.
+//
+// A level probed from before waits probeBackoff after that probe, doubling
+// with each one up to maxProbeBackoff (cleared by a shift): when the cap is
+// back at the same level, the probe found nothing better above it, and
+// every probe costs (it admits a prefill next to the running streams).
+func (c *Controller) shouldProbe(now time.Time) bool {
+	if c.cap >= c.cfg.MaxCap || c.gap.points >= 2 {
+		return false
+	}
+	if f, ok := c.probes[c.cap]; ok && now.Sub(f.at) < min(probeBackoff<<min(f.count-1, 4), maxProbeBackoff) {
+		return false
+	}
+	gw, _ := c.gap.level(c.cap + 1)
+	return gw < 20
+}
+
+// noteLoad records the running count and whether there was demand
+// (requests queued or refused, or the engine within max(1, cap/8) of the
+// cap) for lightLoad, and returns the latter.
+func (c *Controller) noteLoad(now time.Time, load Load) bool {
+	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
+		load.PeakRunning >= c.cap-max(1, c.cap/8)
+	c.busy.add(now, c.cfg.Memory, float64(load.Running))
+	c.pressure.add(now, c.cfg.Memory, indicator(demand))
+	return demand
+}
+
+// lightLoad reports whether the engine runs at most n requests on average
+// and met demand (requests queued or refused, or the engine at the cap) in
+// at most a tenth of the last minute's decisions: the load is light, and
+// requests that come at once are a rare burst, not the on phase of a
+// recurring overload.
+func (c *Controller) lightLoad(n float64) bool {
+	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
+}
+
+// lightPressure is the largest share of decisions with demand under which
+// the load counts as light.
+const lightPressure = 0.1
+
+// indicator is 1 for true and 0 for false.
+func indicator(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func dur(sec float64) time.Duration {
+	return seconds(sec).Round(100 * time.Microsecond)
+}

@@ -1,0 +1,48 @@
+// Package control is the adaptive controller: it learns from live
+// measurements how the engine's latency grows with the number of running
+// requests, predicts per level the share of requests that meet their
+// targets and the goodput, and decides the concurrency cap, the prefill
+// limit, the deadline check and Retry-After. It enforces nothing itself:
+// package admission (the limiter) does, and this package reaches it only
+// through SetLimit, SetPacing and the limiter's hooks. It imports admission
+// (for the limiter and its hook types) and slo, and nothing above them: the
+// gateway adapts its proxy's observations to the Loop's methods.
+//
+// # Overview
+//
+//   - controller.go: [Controller], the decisions as pure logic (every
+//     method takes the time), its [ControllerConfig], what it is told
+//     ([Finished], [Load]) and answers ([Decision]); the bounds
+//     [DefaultMaxCap] and [CapLimit].
+//   - controller_decide.go: [Controller.Decide], the plan and the moves
+//     of the cap; controller_memory.go: what decisions remember between
+//     them (failed levels, probes, demand).
+//   - model*.go: the latency model: per-level forgotten means and fitted
+//     curves of the chunk gap and engine TTFT, the spreads, level-local
+//     quantiles, shift detection; model_table.go: the per-level predictions.
+//   - predict.go: the deadline check ([Controller.Admit], a [Verdict]), the
+//     predicted wait, the Retry-After promised to refused requests
+//     ([Controller.Promise]) and the prefill limit.
+//   - loop.go: [Loop], the control loop: a Controller bound to an
+//     admission.Limiter, made safe for concurrent use. It decides every
+//     Interval and applies the cap, and its Hooks answer the limiter's
+//     Gate (Admit) and Refuser (Refused). controller_gaps.go: the queue
+//     of chunk observations that found the loop's lock held.
+//   - controller_metrics.go, controller_status.go: the kneecap_controller_*
+//     metrics and the /status document ([ControllerStatus], [Float]).
+//
+// # Concurrency model
+//
+// A Controller is not safe for concurrent use and starts nothing. A Loop
+// is: one mutex serialises the controller, and Run (its only goroutine,
+// started by its owner) ends with its context. A chunk observation never
+// waits for that mutex: one that finds it held is queued and applied by
+// the next holder before anything else, so every decision sees every
+// chunk observed before it.
+//
+// # Ownership
+//
+// The Loop owns its Controller. The limiter belongs to its owner (the
+// gateway), which installs the Loop's Hooks on it once; the Loop changes
+// the limiter only through SetLimit and SetPacing.
+package control

@@ -1,0 +1,66 @@
+package gateway
+
+import (
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/admission/control"
+	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// adaptive is the gateway's own controller: a control.Loop driving the
+// gateway's limiter, fed with the proxy's observations. With
+// Config.MaxConcurrency unset it sets the cap; with it set the cap stays
+// where the operator put it, and the loop still learns the latency model,
+// refuses at once a request predicted to miss its TTFT target in the queue
+// (reason "deadline"), paces prefills and computes Retry-After.
+type adaptive struct {
+	*control.Loop
+	lim *admission.Limiter
+}
+
+var (
+	_ Controller        = (*adaptive)(nil)
+	_ StatusReporter    = (*adaptive)(nil)
+	_ proxy.Observer    = (*adaptive)(nil)
+	_ admission.Gate    = (*adaptive)(nil)
+	_ admission.Refuser = (*adaptive)(nil)
+)
+
+// newAdaptive builds the gateway's controller from its configuration:
+// the targets, KNEECAP_SLO_PERCENTILE, KNEECAP_MIN_CAP, KNEECAP_MAX_CAP
+// and KNEECAP_PREFILL_PACING; fixed at KNEECAP_MAX_CONCURRENCY when set.
+func newAdaptive(h Host, onChange func(time.Time, control.Decision)) (*adaptive, error) {
+	t := h.Config.Targets()
+	cc := control.ControllerConfig{
+		TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
+		Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
+		NoPacing: !h.Config.PrefillPacing,
+	}
+	if n := h.Config.MaxConcurrency; n > 0 {
+		cc.Fixed, cc.InitialCap, cc.MaxCap = true, n, max(cc.MaxCap, n)
+	}
+	l, err := control.NewLoop(control.LoopConfig{
+		Controller: cc, Limiter: h.Limiter, Logger: h.Logger, Registerer: h.Registerer,
+		OnChange: onChange,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &adaptive{Loop: l, lim: h.Limiter}, nil
+}
+
+// FirstChunk implements proxy.Observer.
+func (a *adaptive) FirstChunk(fc proxy.FirstChunk) {
+	a.Loop.FirstChunk(fc.At, fc.Running, fc.EngineTTFT)
+}
+
+// Chunk implements proxy.Observer.
+func (a *adaptive) Chunk(ch proxy.Chunk) { a.Loop.Chunk(ch.At, ch.Running, ch.Gap) }
+
+// Done implements proxy.Observer; the running count is read from the
+// limiter as the request ends.
+func (a *adaptive) Done(r slo.Record) {
+	a.Loop.Finished(time.Now(), r, a.lim.State().Running)
+}
