@@ -57,6 +57,21 @@ func rawRequest(t *testing.T, base, method, target, body string) (int, string) {
 	return status, string(b)
 }
 
+// holdTheSlot starts a stream that takes the limiter's one slot, waits
+// until it has, and returns a func that waits for the stream's end.
+func holdTheSlot(t *testing.T, s *setup, lim *admission.Limiter) (wait func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	return func() { <-done }
+}
+
 // TestNoWayPastTheCap: with cap 1, queue 0 and one long stream running,
 // no variant of a generation path gets a 200 from the engine: each is
 // admitted (and so refused with 429 here) or 404; admin routes are 404;
@@ -65,15 +80,7 @@ func TestNoWayPastTheCap(t *testing.T) {
 	engine := &pathLog{eng: &proxytest.Engine{Chunks: 2, FirstDelay: 2 * time.Second}}
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
 	s := newSetup(t, engine, Config{Limiter: lim, Passthrough: []string{"/v1/load_lora_adapter", "/debug/*"}})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
-	}()
-	defer func() { <-done }()
-	for lim.Running() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	defer holdTheSlot(t, s, lim)()
 	admitted := []string{
 		"/v1/chat/completions", "/v1/chat/%63ompletions", "/v1/chat/completions/", "/chat/completions",
 		"//v1//chat/completions", "/v1/./chat/completions", "/v1/x/../chat/completions", "/v1/chat/completions?x=1",
@@ -173,15 +180,7 @@ func TestRefusedBeforeTheBody(t *testing.T) {
 	eng := &proxytest.Engine{Chunks: 2, FirstDelay: time.Second}
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
 	s := newSetup(t, eng, Config{Limiter: lim})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
-	}()
-	defer func() { <-done }()
-	for lim.Running() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	defer holdTheSlot(t, s, lim)()
 	c := headersOnly(t, s.gateway.URL, "/v1/chat/completions", 1<<20)
 	if status, resp := statusOf(t, c); status != http.StatusTooManyRequests || !strings.Contains(resp, "queue_full") {
 		t.Fatalf("status %d, want 429 queue_full before the body:\n%s", status, resp)

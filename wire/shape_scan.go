@@ -217,16 +217,8 @@ type sglangMetaFacts struct {
 
 // sglangMeta reads "meta_info": an object, or null.
 func (s *chunkScan) sglangMeta(m *sglangMetaFacts) bool {
-	switch s.next() {
-	case 'n':
-		return s.literal("null")
-	case '{':
-	default:
-		return false
-	}
-	m.present = true
 	var seen fieldSet
-	return s.object(func(name []byte) bool {
+	return s.nullableObject(&m.present, func(name []byte) bool {
 		switch {
 		case is(name, "finish_reason"):
 			return seen.once(1) && s.finishReason(m)
@@ -330,16 +322,8 @@ type responsesUsageFacts struct {
 // responseObject reads an event's "response": an object, of which only
 // "usage" is read, or null.
 func (s *chunkScan) responseObject(present *bool, u *responsesUsageFacts) bool {
-	switch s.next() {
-	case 'n':
-		return s.literal("null")
-	case '{':
-	default:
-		return false
-	}
-	*present = true
 	var seen fieldSet
-	return s.object(func(name []byte) bool {
+	return s.nullableObject(present, func(name []byte) bool {
 		if is(name, "usage") {
 			return seen.once(1) && s.responsesUsage(u)
 		}
@@ -350,16 +334,8 @@ func (s *chunkScan) responseObject(present *bool, u *responsesUsageFacts) bool {
 // responsesUsage reads a usage object (input_tokens, output_tokens,
 // total_tokens), or null.
 func (s *chunkScan) responsesUsage(u *responsesUsageFacts) bool {
-	switch s.next() {
-	case 'n':
-		return s.literal("null")
-	case '{':
-	default:
-		return false
-	}
-	u.present = true
 	var seen fieldSet
-	return s.object(func(name []byte) bool {
+	return s.nullableObject(&u.present, func(name []byte) bool {
 		switch {
 		case is(name, "input_tokens"):
 			return seen.once(1) && s.intField(&u.usage.PromptTokens)
@@ -370,4 +346,18 @@ func (s *chunkScan) responsesUsage(u *responsesUsageFacts) bool {
 		}
 		return s.skipValue()
 	})
+}
+
+// nullableObject reads an object field by field with fn, or null; present
+// is set for an object.
+func (s *chunkScan) nullableObject(present *bool, fn func(name []byte) bool) bool {
+	switch s.next() {
+	case 'n':
+		return s.literal("null")
+	case '{':
+	default:
+		return false
+	}
+	*present = true
+	return s.object(fn)
 }
