@@ -21,7 +21,7 @@ type adaptive struct {
 }
 
 var (
-	_ Controller        = (*adaptive)(nil)
+	_ CapControl        = (*adaptive)(nil)
 	_ StatusReporter    = (*adaptive)(nil)
 	_ proxy.Observer    = (*adaptive)(nil)
 	_ admission.Gate    = (*adaptive)(nil)

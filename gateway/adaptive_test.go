@@ -153,7 +153,7 @@ func (nanStatus) Status() any                   { return map[string]any{"x": mat
 // body, never a 200 with an empty body.
 func TestStatusEncodingErrorIs500(t *testing.T) {
 	g := newFromEnv(t, []string{"KNEECAP_UPSTREAM=http://127.0.0.1:1"},
-		WithController(func(Host) (Controller, error) { return nanStatus{}, nil }))
+		WithCapControl(func(Host) (CapControl, error) { return nanStatus{}, nil }))
 	rec := getStatus(t, g)
 	var body struct {
 		Error struct {

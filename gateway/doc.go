@@ -12,7 +12,7 @@
 //     errors name the variable ([SettingError]).
 //   - gateway.go: [New] builds everything passively: the admission
 //     limiter, the sliding window, the metrics, the proxy and the
-//     controller of the cap: its own (adaptive.go) unless [WithController]
+//     controller of the cap: its own (adaptive.go) unless [WithCapControl]
 //     gives another (a peer algorithm) or [WithStaticCap] none. It installs
 //     the controller's limiter hooks (admission.Gate, admission.Refuser),
 //     in this one place. [Gateway.Handler]

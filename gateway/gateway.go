@@ -20,22 +20,23 @@ import (
 	"github.com/kneecap/kneecap/slo"
 )
 
-// Controller sets the cap at run time: the gateway's own adaptive
-// controller, or one wired in WithController (a peer algorithm in the
+// CapControl sets the cap at run time: the gateway's adapter of the
+// adaptive controller (control.Controller, run by a control.Loop), or one
+// wired in WithCapControl (a peer algorithm in the
 // scenario suite). Run blocks until ctx ends; it must start no goroutine
 // that outlives it.
-type Controller interface {
+type CapControl interface {
 	Run(ctx context.Context) error
 }
 
-// StatusReporter is implemented by a Controller that shows its own state
+// StatusReporter is implemented by a CapControl that shows its own state
 // in /status, under "controller". Status must be safe for concurrent use
 // and return a JSON-encodable value.
 type StatusReporter interface {
 	Status() any
 }
 
-// Host is what a ControllerFunc gets to build a controller from.
+// Host is what a CapControlFunc gets to build a controller from.
 type Host struct {
 	// Config is the gateway's configuration; Config.MaxConcurrency == 0
 	// means the operator set no static cap.
@@ -50,19 +51,19 @@ type Host struct {
 	Logger *slog.Logger
 }
 
-// ControllerFunc builds a controller once the limiter exists. Returning
+// CapControlFunc builds a controller once the limiter exists. Returning
 // (nil, nil) keeps the static cap. The gateway wires the returned value
 // further by what it implements: proxy.Observer (receives every
 // observation), admission.Gate and admission.Refuser (installed as the
 // limiter's hooks), StatusReporter (shown in /status).
-type ControllerFunc func(Host) (Controller, error)
+type CapControlFunc func(Host) (CapControl, error)
 
 // Option configures New.
 type Option func(*options)
 
 type options struct {
 	transport  http.RoundTripper
-	controller ControllerFunc
+	controller CapControlFunc
 	static     bool
 	onChange   func(time.Time, control.Decision)
 	registry   *prometheus.Registry
@@ -77,11 +78,11 @@ type options struct {
 // own http.Transport, tuned for many long streams to one host.
 func WithTransport(rt http.RoundTripper) Option { return func(o *options) { o.transport = rt } }
 
-// WithController wires in another controller of the cap instead of the
+// WithCapControl wires in another controller of the cap instead of the
 // gateway's own (see New).
-func WithController(f ControllerFunc) Option { return func(o *options) { o.controller = f } }
+func WithCapControl(f CapControlFunc) Option { return func(o *options) { o.controller = f } }
 
-// WithStaticCap wires in no controller at all (unless WithController
+// WithStaticCap wires in no controller at all (unless WithCapControl
 // gives one): the cap stays Config.Limit(), nothing paces prefills, no
 // request is refused for a predicted deadline miss and Retry-After is the
 // limiter's own estimate (for tests of the bare relay).
@@ -125,7 +126,7 @@ type Gateway struct {
 	lim       *admission.Limiter
 	win       *slo.Window
 	proxy     *proxy.Proxy
-	ctrl      Controller
+	ctrl      CapControl
 	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
 	registry  *prometheus.Registry
@@ -214,9 +215,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 }
 
 // controller builds the controller the options ask for: the one of
-// WithController, none (WithStaticCap), or the gateway's own. The
+// WithCapControl, none (WithStaticCap), or the gateway's own. The
 // bool says whether it moves the cap.
-func (g *Gateway) controller(h Host) (Controller, bool, error) {
+func (g *Gateway) controller(h Host) (CapControl, bool, error) {
 	switch {
 	case g.opts.controller != nil:
 		c, err := g.opts.controller(h)

@@ -342,7 +342,7 @@ func (c *fakeController) Status() any { return map[string]any{"reason": "test"} 
 
 func TestControllerWiring(t *testing.T) {
 	fc := &fakeController{ran: make(chan struct{}), ended: make(chan struct{})}
-	h := start(t, &proxytest.Engine{}, Config{}, WithController(func(host Host) (Controller, error) {
+	h := start(t, &proxytest.Engine{}, Config{}, WithCapControl(func(host Host) (CapControl, error) {
 		fc.lim = host.Limiter
 		return fc, nil
 	}))

@@ -52,7 +52,7 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, gateway.WithController(func(h gateway.Host) (gateway.Controller, error) {
+		opts = append(opts, gateway.WithCapControl(func(h gateway.Host) (gateway.CapControl, error) {
 			h.Limiter.SetLimit(alg.Limit())
 			fe.traj = newTrajectory(start, alg.Limit())
 			return &peerDriver{alg: alg, lim: h.Limiter, traj: fe.traj}, nil
