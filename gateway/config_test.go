@@ -47,6 +47,11 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"percentile not a number", []string{up, "KNEECAP_SLO_PERCENTILE=p90"}, "KNEECAP_SLO_PERCENTILE"},
 		{"max cap below min cap", []string{up, "KNEECAP_MIN_CAP=4", "KNEECAP_MAX_CAP=2"}, "KNEECAP_MAX_CAP"},
 		{"zero body bound", []string{up, "KNEECAP_MAX_BODY_BYTES=0"}, "KNEECAP_MAX_BODY_BYTES"},
+		{"body budget below one body", []string{up, "KNEECAP_MAX_BODY_BYTES_TOTAL=1024"}, "KNEECAP_MAX_BODY_BYTES_TOTAL"},
+		{"bad slo header mode", []string{up, "KNEECAP_SLO_HEADERS=sometimes"}, "KNEECAP_SLO_HEADERS"},
+		{"negative header floor", []string{up, "KNEECAP_SLO_HEADER_FLOOR_TPOT=-1ms"}, "KNEECAP_SLO_HEADER_FLOOR_TPOT"},
+		{"passthrough path not clean", []string{up, "KNEECAP_PASSTHROUGH_PATHS=/v1/load_lora_adapter,/a/../sleep"}, "KNEECAP_PASSTHROUGH_PATHS"},
+		{"passthrough path of everything", []string{up, "KNEECAP_PASSTHROUGH_PATHS=/*"}, "KNEECAP_PASSTHROUGH_PATHS"},
 		// Upper bounds: a value past them is a typo or an attack on memory
 		// (KNEECAP_MAX_CAP=10000000 made one /status allocate 76 MiB).
 		{"huge max cap", []string{up, "KNEECAP_MAX_CAP=10000000"}, "KNEECAP_MAX_CAP"},

@@ -102,26 +102,42 @@ func (p *Proxy) precheck(x *exchange, req admission.Request) bool {
 	return true
 }
 
-// readBody reads the whole request body, bounded by MaxBodyBytes and by
-// the budget of body bytes held across requests; release gives its bytes
-// back to the budget (call it when the request has ended). Reading it
-// before forwarding is also what keeps the engine from racing the client's
-// body (golang/go#40747): the outbound body is a bytes.Reader that the
-// gateway owns.
+// readBody reads the whole request body (see bufferBody); release gives
+// its bytes back to the budget (call it when the request has ended). A
+// failure is answered and recorded.
 func (p *Proxy) readBody(x *exchange) (body []byte, release func(), ok bool) {
-	limit := p.cfg.MaxBodyBytes
-	if x.r.ContentLength > limit {
-		x.abort(tooLarge(limit))
+	body, release, err := p.bufferBody(x.w, x.r, p.cfg.MaxBodyBytes)
+	if err != nil {
+		x.abort(err)
 		return nil, nil, false
 	}
-	held := p.bodies.reader(http.MaxBytesReader(x.w, x.r.Body, limit), x.r.ContentLength)
-	body, err := readGrowing(held, min(x.r.ContentLength, limit))
-	if err == nil {
-		return body, held.release, true
+	return body, release, true
+}
+
+// bufferBody reads a request body whole, bounded by limit (a declared
+// length beyond it is refused before a byte is read) and by the budget of
+// body bytes held across requests; release gives its bytes back. Reading
+// it before forwarding is also what keeps the engine from racing the
+// client's body (golang/go#40747): the outbound body is a bytes.Reader
+// that the gateway owns.
+func (p *Proxy) bufferBody(w http.ResponseWriter, r *http.Request, limit int64) (body []byte, release func(), err error) {
+	if r.ContentLength > limit {
+		return nil, nil, tooLarge(limit)
 	}
-	held.release()
-	x.abort(bodyFailure(x.r, err, limit))
-	return nil, nil, false
+	held := p.bodies.reader(http.MaxBytesReader(w, r.Body, limit), r.ContentLength)
+	if body, err = readGrowing(held, min(r.ContentLength, limit)); err != nil {
+		held.release()
+		return nil, nil, bodyFailure(r, err, limit)
+	}
+	return body, held.release, nil
+}
+
+// withBody makes body the request's body, replayable (a retry on a fresh
+// connection sends it again) and of known length.
+func withBody(r *http.Request, body []byte) {
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	r.ContentLength, r.TransferEncoding = int64(len(body)), nil
 }
 
 // initialBodyBuffer bounds the buffer a request body starts with: a

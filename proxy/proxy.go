@@ -1,11 +1,9 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -179,24 +177,18 @@ func (p *Proxy) Retries() int64 { return p.transport.retries.Load() }
 
 // servePassthrough relays a request to the engine unchanged (streamed
 // responses flushed at once), not counted. A request body of known length
-// up to MaxBodyBytes is read whole first (within the body budget), as on
-// the generation routes, so that an engine answering before it read the
-// body cannot break the stream (golang/go#40747); larger or chunked bodies
-// (uploads) stream through as httputil.ReverseProxy relays them.
+// up to MaxBodyBytes is read whole first (bufferBody), as on the
+// generation routes; larger or chunked bodies (uploads) stream through as
+// httputil.ReverseProxy relays them.
 func (p *Proxy) servePassthrough(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength > 0 && r.ContentLength <= p.cfg.MaxBodyBytes {
-		held := p.bodies.reader(io.LimitReader(r.Body, r.ContentLength), r.ContentLength)
-		defer held.release()
-		body, err := readGrowing(held, r.ContentLength)
-		if err == nil && int64(len(body)) < r.ContentLength {
-			err = io.ErrUnexpectedEOF
-		}
+		body, release, err := p.bufferBody(w, r, p.cfg.MaxBodyBytes)
 		if err != nil {
-			answer(w, bodyFailure(r, err, p.cfg.MaxBodyBytes))
+			answer(w, err)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		defer release()
+		withBody(r, body)
 	}
 	p.pass.ServeHTTP(w, r)
 }
@@ -231,8 +223,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveAdmitted serves a route that costs engine time without a token
-// stream (embeddings, rerank, ...): it holds a slot like a generation
-// request (queued or refused alike) and is relayed as it is, not measured.
+// stream (embeddings, rerank, ...): its body is read whole (bounded as a
+// generation request's), then it holds a slot like a generation request
+// (queued or refused alike) and is relayed as it is, not measured.
 func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 	lim := p.cfg.Limiter
 	if lim == nil {
@@ -249,10 +242,13 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 		answer(w, re)
 		return
 	}
-	if r.ContentLength > p.cfg.MaxBodyBytes {
-		answer(w, tooLarge(p.cfg.MaxBodyBytes))
+	// The body comes before a slot: a slow upload must not hold one.
+	body, release, err := p.bufferBody(w, r, p.cfg.MaxBodyBytes)
+	if err != nil {
+		answer(w, err)
 		return
 	}
+	defer release()
 	ticket, err := lim.Acquire(r.Context(), areq)
 	if err != nil {
 		answer(w, refused(err))
@@ -260,7 +256,8 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 	}
 	defer ticket.Release()
 	ticket.FirstToken() // no token stream: it must not hold back a prefill
-	p.servePassthrough(w, r)
+	withBody(r, body)
+	p.pass.ServeHTTP(w, r)
 }
 
 // maxWait is a request's queue-wait bound: the operator's, or else its own

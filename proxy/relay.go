@@ -17,6 +17,10 @@ import (
 // its usage report; a larger body is relayed unparsed.
 const maxWholeBody = 8 << 20
 
+// errNotInspected stands for a whole body relayWhole did not inspect (an
+// error status, or a body over maxWholeBody).
+var errNotInspected = errors.New("proxy: body not inspected")
+
 // maxPendingObs bounds the observations that wait for a flush (2 KiB).
 // Events that arrived together leave in one flush; the response's 4 KiB
 // write buffer already sends them out every 20 or so events of a typical
@@ -228,9 +232,17 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	}
 	x.deadline.refresh(time.Now())
 	s := resp.StatusCode
-	if len(body) <= maxWholeBody && !json.Valid(body) {
+	success, whole := s >= 200 && s < 300, len(body) <= maxWholeBody
+	var info wire.ChunkInfo
+	inspectErr := errNotInspected
+	if success && whole {
+		info, inspectErr = wire.InspectAs(x.shape, body)
+	}
+	// A success whose usage was read is JSON; any other body is checked
+	// (json.Valid reads it once more: only on this rarer path).
+	if whole && inspectErr != nil && !json.Valid(body) {
 		rec.E2E = time.Since(rec.Arrival)
-		if s >= 200 && s < 300 {
+		if success {
 			x.abort(tell(errBadResponse, "the engine answered "+strconv.Itoa(s)+" with a body that is not JSON", nil))
 			return
 		}
@@ -253,11 +265,11 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	case werr != nil:
 		x.breakOff(clientLeft(werr))
 		return
-	case s < 200 || s >= 300:
+	case !success:
 		x.breakOff(engineStatus(s)) // relayed as it is
 		return
 	}
-	if info, err := wire.InspectAs(x.shape, body); err == nil && info.Usage != nil {
+	if inspectErr == nil && info.Usage != nil {
 		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, perChoice(info.Usage.CompletionTokens, rec.Choices)
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown

@@ -109,39 +109,39 @@ func CanonicalPath(p string) string {
 
 // router finds the route of a canonical path.
 type router struct {
-	exact map[string]Route
-	open  []string // the operator's passthrough paths; a trailing "*" matches a prefix
+	exact    map[string]Route
+	prefixes []Route // each Path matches itself and every path below it
 }
 
 func newRouter(passthrough []string) *router {
-	r := &router{exact: make(map[string]Route, len(Routes))}
+	r := &router{exact: make(map[string]Route, len(Routes)+len(passthrough))}
 	for _, rt := range Routes {
 		r.exact[rt.Path] = rt
 	}
+	r.prefixes = []Route{{Path: "/v1/models", Access: ReadOnly, Methods: methodsGet}} // /v1/models/{id}
 	for _, p := range passthrough {
-		if strings.HasSuffix(p, "*") {
-			r.open = append(r.open, CanonicalPath(strings.TrimSuffix(p, "*"))+"*")
-		} else {
-			r.open = append(r.open, CanonicalPath(p))
+		open := Route{Access: ReadOnly} // any method; never admitted
+		if base, ok := strings.CutSuffix(p, "*"); ok {
+			open.Path = CanonicalPath(base)
+			r.prefixes = append(r.prefixes, open)
+		} else if _, inTable := r.exact[p]; !inTable { // the table keeps its policy
+			open.Path = p
+			r.exact[p] = open
 		}
 	}
 	return r
 }
 
-// match returns the route of the canonical path p. A path in the table
-// keeps its policy; the operator's passthrough paths open others (any
-// method) as read-only relays, never a generation route's admission.
+// match returns the route of the canonical path p: the table's, else the
+// first prefix's (the read-only model paths, then the operator's).
 func (r *router) match(p string) (Route, bool) {
 	if rt, ok := r.exact[p]; ok {
 		return rt, true
 	}
-	if strings.HasPrefix(p, "/v1/models/") {
-		return Route{Path: p, Access: ReadOnly, Methods: methodsGet}, true
-	}
-	for _, o := range r.open {
-		prefix, isPrefix := strings.CutSuffix(o, "*")
-		if p == o || (isPrefix && (p == strings.TrimSuffix(prefix, "/") || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/"))) {
-			return Route{Path: p, Access: ReadOnly}, true
+	for _, rt := range r.prefixes {
+		if p == rt.Path || strings.HasPrefix(p, rt.Path+"/") {
+			rt.Path = p
+			return rt, true
 		}
 	}
 	return Route{}, false

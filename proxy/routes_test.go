@@ -243,3 +243,30 @@ func TestLenientAndPerChoice(t *testing.T) {
 		t.Fatalf("n 2: %d chunk observations, want none", len(s.rec.chunks)-chunksBefore)
 	}
 }
+
+// TestAdmittedUploadHoldsNoSlot: a route admitted without a token stream
+// (embeddings) reads its body before it takes a slot, so a slow upload
+// holds none; once the body is in, it is admitted and relayed.
+func TestAdmittedUploadHoldsNoSlot(t *testing.T) {
+	engine := &pathLog{eng: &proxytest.Engine{}}
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
+	s := newSetup(t, engine, Config{Limiter: lim})
+	body := `{"model":"m","input":"a slow upload"}`
+	c := headersOnly(t, s.gateway.URL, "/v1/embeddings", len(body))
+	_, _ = c.Write([]byte(body[:5]))
+	time.Sleep(200 * time.Millisecond) // the gateway is reading the body now
+	if st := lim.State(); st.Running != 0 {
+		t.Fatalf("an upload in progress holds %d slots", st.Running)
+	}
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
+	if got := readAll(t, resp); resp.StatusCode != 200 {
+		t.Fatalf("a stream beside the upload: %d %s", resp.StatusCode, got)
+	}
+	_, _ = c.Write([]byte(body[5:]))
+	if status, resp := statusOf(t, c); status != http.StatusOK || !strings.Contains(resp, `{"ok":true}`) {
+		t.Fatalf("the upload, once whole: status %d\n%s", status, resp)
+	}
+	if st := lim.State(); st.Running != 0 {
+		t.Fatalf("%d slots held after both ended", st.Running)
+	}
+}

@@ -12,13 +12,6 @@ import (
 	"time"
 )
 
-// DefaultUpstreamIdleTimeout is how long an idle connection to the engine
-// is kept for reuse when the operator sets no other value: under the 5 s
-// keep-alive of the engines' own servers (uvicorn as vLLM and SGLang run
-// it, cpp-httplib under llama.cpp's server), so that the gateway gives up
-// a connection before the engine closes it.
-const DefaultUpstreamIdleTimeout = 4 * time.Second
-
 // upstream carries requests to the engine. A request that failed on a
 // reused keep-alive connection before any byte of a response arrived is
 // sent once more on a fresh connection, as Envoy and nginx

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/slo"
 )
 
 func newTestLoop(t *testing.T) *Loop {
@@ -101,5 +102,24 @@ func TestLoopChunkConcurrent(t *testing.T) {
 	r.mu.Unlock()
 	if w != streams*chunks || n != 0 {
 		t.Errorf("gap weight %v with %d still queued, want %d and 0", w, n, streams*chunks)
+	}
+}
+
+// TestLoopLeavesSeveralChoicesOut: a record of a request with n > 1 (its
+// chunks interleave the choices) teaches the model nothing; the same
+// record with one choice does.
+func TestLoopLeavesSeveralChoicesOut(t *testing.T) {
+	r := newTestLoop(t)
+	now := time.Now()
+	rec := slo.Record{Streamed: true, OutputTokens: 20, OutputChunks: 20, TTFT: 200 * time.Millisecond,
+		EngineTTFT: 200 * time.Millisecond, E2E: time.Second, MeanRunning: 4, Choices: 2}
+	r.Finished(now, rec, 4)
+	if w := r.c.finished.w; w != 0 {
+		t.Fatalf("a record of 2 choices was counted (weight %v)", w)
+	}
+	rec.Choices = 0
+	r.Finished(now, rec, 4)
+	if w := r.c.finished.w; w == 0 {
+		t.Fatal("a record of one choice was not counted: the test tests nothing")
 	}
 }
