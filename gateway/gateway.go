@@ -88,9 +88,9 @@ func WithCapControl(f CapControlFunc) Option { return func(o *options) { o.contr
 // limiter's own estimate (for tests of the bare relay).
 func WithStaticCap() Option { return func(o *options) { o.static = true } }
 
-// WithOnChange has the gateway's own controller call f (with its lock
-// held: keep it short) after every change of the cap, for a harness that
-// records the trajectory.
+// WithOnChange has the gateway's own controller call f after every change
+// of the cap, in decision order and outside the controller's lock, for a
+// harness that records the trajectory.
 func WithOnChange(f func(now time.Time, d control.Decision)) Option {
 	return func(o *options) { o.onChange = f }
 }

@@ -34,8 +34,11 @@
 // # Concurrency model
 //
 // A Controller is not safe for concurrent use and starts nothing. A Loop
-// is: one mutex serialises the controller, and Run (its only goroutine,
-// started by its owner) ends with its context. A chunk observation never
+// is: one mutex serialises the controller's computation, and Run (its only
+// goroutine, started by its owner) ends with its context. What a decision
+// sets off (the limiter's cap and prefill limit, log lines, OnChange) runs
+// after that mutex is released, in decision order under a second one, so a
+// request's deadline check never waits for a log write or a callback. A chunk observation never
 // waits for that mutex: one that finds it held is queued and applied by
 // the next holder before anything else, so every decision sees every
 // chunk observed before it.

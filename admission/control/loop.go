@@ -24,8 +24,10 @@ type LoopConfig struct {
 	Logger *slog.Logger
 	// Registerer receives the kneecap_controller_* metrics; nil means none.
 	Registerer prometheus.Registerer
-	// OnChange, when set, is called (with the loop's lock held: keep it
-	// short) after every change of the cap, for recording a trajectory.
+	// OnChange, when set, is called after every change of the cap, in the
+	// order of the decisions and outside the loop's lock (so it may take
+	// its time, holding back only the next change), for recording a
+	// trajectory.
 	OnChange func(now time.Time, d Decision)
 }
 
@@ -33,11 +35,16 @@ type LoopConfig struct {
 // it what the gateway observes, calls Decide every Interval and applies the
 // cap with SetLimit, and answers the limiter's hooks (Hooks): the deadline
 // check (Admit) and the other refusals (Refused).
-// It is safe for concurrent use; one mutex serialises the controller.
-// Every stream reports every chunk (Chunk), so a stream never waits for
-// that mutex: an observation that finds it held waits in gaps, and whoever
-// takes the mutex next applies it before anything else (lock), so every
-// decision still sees every chunk observed before it.
+// It is safe for concurrent use; one mutex (mu) serialises the
+// controller, and holds only its computation: what a decision sets off
+// (the limiter's new cap and prefill limit, the log line, OnChange) runs
+// after mu is released, under a second mutex (apply) taken before mu is
+// released, so changes reach the limiter in the order they were decided
+// while the deadline check of the next request need not wait for a log
+// write. Every stream reports every chunk (Chunk), so a stream never waits
+// for mu: an observation that finds it held waits in gaps, and whoever
+// takes mu next applies it before anything else (lock), so every decision
+// still sees every chunk observed before it.
 type Loop struct {
 	l       *admission.Limiter
 	log     *slog.Logger
@@ -49,7 +56,57 @@ type Loop struct {
 	peakRun, peakQue int
 	rejected         int
 	gaps             gapQueue
-	pacing           int // the limiter's prefill limit, as last set
+	pacing           int // the limiter's prefill limit, as last decided
+
+	apply sync.Mutex // orders the effects of decisions; taken while mu is held, never the other way
+}
+
+// effects is what one decision sets off outside the controller.
+type effects struct {
+	now               time.Time
+	capChanged        bool
+	oldCap            int
+	d                 Decision
+	levels            any // the levels at a change, for the debug log; nil unless enabled
+	pacingChanged     bool
+	oldPacing, pacing int
+	pacingBound       time.Duration
+}
+
+// unlockAndApply releases mu and then carries out e, in decision order.
+func (r *Loop) unlockAndApply(e effects) {
+	if !e.capChanged && !e.pacingChanged {
+		r.mu.Unlock()
+		return
+	}
+	r.apply.Lock()
+	r.mu.Unlock()
+	defer r.apply.Unlock()
+	if e.capChanged {
+		r.l.SetLimit(e.d.Cap)
+		r.log.Info("concurrency cap changed", "from", e.oldCap, "to", e.d.Cap, "reason", e.d.Reason)
+		if e.levels != nil {
+			r.log.Debug("controller levels", "levels", e.levels)
+		}
+		if r.onChg != nil {
+			r.onChg(e.now, e.d)
+		}
+	}
+	if e.pacingChanged {
+		r.log.Info("prefill limit changed", "from", e.oldPacing, "to", e.pacing, "reason", "median engine TTFT")
+		r.l.SetPacing(e.pacing, e.pacingBound)
+	}
+}
+
+// changedLocked records a change of the cap from old to d.Cap in the
+// metrics and returns its effects.
+func (r *Loop) changedLocked(now time.Time, old int, d Decision) effects {
+	r.metrics.change(old, d.Cap)
+	e := effects{now: now, capChanged: true, oldCap: old, d: d}
+	if r.log.Enabled(context.Background(), slog.LevelDebug) {
+		e.levels = r.c.debugLevels(now, old)
+	}
+	return e
 }
 
 var (
@@ -115,7 +172,6 @@ func (r *Loop) applyGapsLocked() {
 func (r *Loop) tick(now time.Time) {
 	st := r.l.State()
 	r.lock()
-	defer r.mu.Unlock()
 	load := Load{
 		Running: st.Running, Queued: st.Queued,
 		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),
@@ -125,27 +181,15 @@ func (r *Loop) tick(now time.Time) {
 	old := r.c.Cap()
 	d := r.c.Decide(now, load)
 	r.metrics.observe(r.c, now)
+	var e effects
 	if d.Changed {
-		r.applyLocked(now, old, d)
+		e = r.changedLocked(now, old, d)
 	}
 	if k := r.c.PrefillLimit(); k != r.pacing {
-		r.log.Info("prefill limit changed", "from", r.pacing, "to", k, "reason", "median engine TTFT")
+		e.pacingChanged, e.oldPacing, e.pacing, e.pacingBound = true, r.pacing, k, r.c.Config().TTFT
 		r.pacing = k
-		r.l.SetPacing(k, r.c.Config().TTFT)
 	}
-}
-
-// applyLocked applies a changed cap to the limiter and reports it.
-func (r *Loop) applyLocked(now time.Time, old int, d Decision) {
-	r.l.SetLimit(d.Cap)
-	r.metrics.change(old, d.Cap)
-	r.log.Info("concurrency cap changed", "from", old, "to", d.Cap, "reason", d.Reason)
-	if r.log.Enabled(context.Background(), slog.LevelDebug) {
-		r.log.Debug("controller levels", "levels", r.c.debugLevels(now, old))
-	}
-	if r.onChg != nil {
-		r.onChg(now, d)
-	}
+	r.unlockAndApply(e)
 }
 
 // noteLocked keeps the peak counts between two decisions.
@@ -219,7 +263,6 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 		now = time.Now()
 	}
 	r.lock()
-	defer r.mu.Unlock()
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets}
@@ -227,11 +270,15 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 		q.Paced, q.PrefillAge = true, s.PrefillAge
 	}
 	v := r.c.Admit(now, q)
+	var e effects
 	if v.Raised {
-		r.applyLocked(now, old, Decision{Cap: v.Cap, Changed: true, Reason: r.c.reason})
+		e = r.changedLocked(now, old, Decision{Cap: v.Cap, Changed: true, Reason: r.c.reason})
 	}
 	if !v.OK {
 		r.rejected++
+	}
+	r.unlockAndApply(e)
+	if !v.OK {
 		r.metrics.deadline.Inc()
 		return false, max(v.RetryAfter, time.Nanosecond) // zero would mean "the limiter's estimate"
 	}

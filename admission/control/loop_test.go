@@ -1,8 +1,10 @@
 package control
 
 import (
+	"log/slog"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
@@ -122,4 +124,75 @@ func TestLoopLeavesSeveralChoicesOut(t *testing.T) {
 	if w := r.c.finished.w; w == 0 {
 		t.Fatal("a record of one choice was not counted: the test tests nothing")
 	}
+}
+
+// TestLoopEffectsOutsideLock: what a change of the cap sets off (here an
+// OnChange that blocks) runs outside the loop's lock: Cap and the deadline
+// check answer meanwhile, and the limiter has the new cap before OnChange
+// is told.
+func TestLoopEffectsOutsideLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := bf16Like() // knee 7: a cap of 64 misses TPOT and is lowered
+		lim := admission.NewLimiter(admission.Config{Limit: 64})
+		entered, release := make(chan Decision, 1), make(chan struct{})
+		r, err := NewLoop(LoopConfig{
+			Controller: ControllerConfig{MaxCap: 64, InitialCap: 64},
+			Limiter:    lim,
+			Logger:     slog.New(slog.DiscardHandler),
+			OnChange: func(_ time.Time, d Decision) {
+				entered <- d
+				<-release
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer close(release)
+		now, n := t0, 64
+		var d Decision
+		for i := 0; i < 1200 && d.Cap == 0; i++ {
+			now = now.Add(100 * time.Millisecond)
+			for range 10 {
+				r.Chunk(now, n, e.gap(n))
+			}
+			r.FirstChunk(now, n, e.ttft(n))
+			r.lock()
+			r.c.ObserveDone(now, Finished{Targets: r.c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: e.gap(n),
+				Hold: e.ttft(n) + 119*e.gap(n), OutputTokens: 120})
+			r.mu.Unlock()
+			if i%10 == 9 {
+				go r.tick(now)
+				synctest.Wait() // the tick has returned, or blocks in OnChange
+				select {
+				case d = <-entered:
+				default:
+				}
+			}
+		}
+		if d.Cap == 0 || d.Cap >= 64 {
+			t.Fatalf("no lowered cap after 120 s at 64 running: %+v", d)
+		}
+		if lim.Limit() != d.Cap {
+			t.Errorf("limiter cap %d when OnChange was told %d", lim.Limit(), d.Cap)
+		}
+		answered := make(chan int, 1)
+		go func() { answered <- r.Cap() }()
+		verdict := make(chan bool, 1)
+		go func() {
+			ok, _ := r.Admit(admission.Request{Arrival: now}, admission.State{Now: now, Running: d.Cap, Limit: d.Cap, Position: 1})
+			verdict <- ok
+		}()
+		synctest.Wait()
+		select {
+		case c := <-answered:
+			if c != d.Cap {
+				t.Errorf("Cap %d, want %d", c, d.Cap)
+			}
+		default:
+			t.Error("Cap waited for OnChange: the effects ran under the loop's lock")
+		}
+		if len(verdict) != 1 {
+			t.Error("the deadline check waited for OnChange")
+		}
+	})
 }
