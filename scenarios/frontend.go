@@ -29,11 +29,17 @@ type frontend struct {
 // KNEECAP_MAX_CONCURRENCY set (the controller learns and answers the
 // deadline check and Retry-After but never moves the cap), so the oracle
 // differs from the adaptive run only in how the cap is chosen; a peer
-// drives the same limiter with its own algorithm and no deadline check.
+// drives the same limiter with its own algorithm and no deadline check,
+// and runs as it runs at home: over its limit a request is refused at once
+// (KNEECAP_MAX_QUEUE=0: a 429 with the limiter's Retry-After, no queue),
+// as Envoy's filter answers 503 and Netflix's SimpleLimiter rejects.
 func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
 	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host}
-	if r.Mode.Kind == "static" {
+	switch r.Mode.Kind {
+	case "static":
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
+	case "peer":
+		environ = append(environ, "KNEECAP_MAX_QUEUE=0")
 	}
 	cfg, err := gateway.ConfigFromEnv(environ)
 	if err != nil {
