@@ -67,14 +67,17 @@ func NewEnvoy() *Envoy {
 }
 
 // NewEnvoyPinned returns Envoy's pinned-gradient controller
-// ("envoy-pinned"): minRTT fixed at minRTT, no buffer (the pinned
-// controller leaves the padding to the pinned value), and the gradient
-// controller's other defaults; the limit starts at min_concurrency. A
-// user in front of an LLM engine pins minRTT at the whole-request latency
-// a request may take and still meet its targets.
+// ("envoy-pinned") as a careful user in front of an LLM engine would set
+// it: minRTT fixed at minRTT (the whole-request latency a request may take
+// and still meet its targets), no buffer (the pinned controller leaves the
+// padding to the pinned value), and the limit recalculated once per pinned
+// RTT instead of every 100 ms (concurrency_update_interval has no default;
+// with 100 ms windows against streams of seconds a window holds one
+// sample or none, and the limit moves on each); the rest as the gradient
+// controller's defaults. The limit starts at min_concurrency.
 func NewEnvoyPinned(minRTT time.Duration) *Envoy {
 	e := NewEnvoy()
-	e.name, e.Buffer, e.FixedMinRTT = "envoy-pinned", 0, minRTT
+	e.name, e.Buffer, e.FixedMinRTT, e.Update = "envoy-pinned", 0, minRTT, minRTT
 	return e
 }
 

@@ -129,30 +129,35 @@ func TestEnvoyPinnedNeverMeasuresMinRTT(t *testing.T) {
 	e := NewEnvoyPinned(time.Second)
 	now := t0
 	e.Tick(now)
-	if e.Limit() != 3 || e.Name() != "envoy-pinned" {
-		t.Fatalf("start: limit %d name %q, want 3 envoy-pinned", e.Limit(), e.Name())
+	if e.Limit() != 3 || e.Name() != "envoy-pinned" || e.Update != time.Second {
+		t.Fatalf("start: limit %d name %q update %v, want 3 envoy-pinned 1s", e.Limit(), e.Name(), e.Update)
 	}
-	// Latency at half the pinned value: gradient 2, 3*2 + sqrt(6) = 8.
-	now = now.Add(time.Second)
+	// Latency at half the pinned value: gradient 2, 3*2 + sqrt(6) = 8,
+	// once the window of one pinned RTT ends.
+	now = now.Add(500 * time.Millisecond)
 	e.Sample(now, 500*time.Millisecond, 3, false)
-	now = now.Add(100 * time.Millisecond)
+	e.Tick(now)
+	if e.Limit() != 3 {
+		t.Fatalf("limit %d before the window ended, want 3", e.Limit())
+	}
+	now = now.Add(500 * time.Millisecond)
 	e.Tick(now)
 	if e.Limit() != 8 {
 		t.Fatalf("limit %d, want 8", e.Limit())
 	}
 	// At the pinned value: gradient 1 (no buffer), 8 + sqrt(8) = 10.
 	e.Sample(now, time.Second, 8, false)
-	now = now.Add(100 * time.Millisecond)
+	now = now.Add(time.Second)
 	e.Tick(now)
 	if e.Limit() != 10 {
 		t.Fatalf("limit %d, want 10", e.Limit())
 	}
-	// Far over it for minutes: down to min_concurrency and held there,
+	// Far over it for an hour: down to min_concurrency and held there,
 	// never a min RTT window (which would discard the samples and wait
 	// for 50 of them).
-	for range 3000 {
+	for range 3600 {
 		e.Sample(now, 10*time.Second, 3, false)
-		now = now.Add(100 * time.Millisecond)
+		now = now.Add(time.Second)
 		e.Tick(now)
 		if e.inMinRTT {
 			t.Fatalf("pinned controller entered a min RTT window at %v", now.Sub(t0))
