@@ -13,7 +13,8 @@
 //     over net.Pipe connections (pipeListener). Modes: the engine alone;
 //     a static cap (KNEECAP_MAX_CONCURRENCY set); the adaptive controller
 //     with its defaults; a peer algorithm (package admission/peers)
-//     driving the same limiter with whole-request latency.
+//     driving the same limiter with whole-request latency, with no queue
+//     (over its limit a request is refused at once, as at home).
 //   - suite.go: [RunSuite] runs every mode of every scenario, each in its
 //     own testing/synctest bubble, in parallel up to -test.parallel; the
 //     open-loop scenarios take their rates from scenario 1's oracle.

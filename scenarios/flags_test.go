@@ -21,7 +21,7 @@ import (
 var (
 	flagScenarios = flag.String("scenarios", os.Getenv("KNEECAP_SCENARIOS"), "comma-separated scenario IDs to run (default all 8; also KNEECAP_SCENARIOS)")
 	flagCaps      = flag.String("caps", "1-64", "static caps swept for the oracle: a range A-B or a comma-separated list")
-	flagNoPeers   = flag.Bool("no-peers", false, "skip the peer algorithms (Envoy gradient, Netflix Gradient2 and AIMD)")
+	flagNoPeers   = flag.Bool("no-peers", false, "skip the peer algorithms (Envoy gradient and pinned gradient, Netflix Gradient2, AIMD and AIMD on missed targets)")
 	flagSeed      = flag.Uint64("seed", 1, "seed of every run")
 	flagWarmup    = flag.Duration("warmup", DefaultTiming.Warmup, "simulated warm-up of every run, not measured")
 	flagWindow    = flag.Duration("window", DefaultTiming.Window, "simulated measured window of every run")

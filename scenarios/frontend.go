@@ -29,11 +29,17 @@ type frontend struct {
 // KNEECAP_MAX_CONCURRENCY set (the controller learns and answers the
 // deadline check and Retry-After but never moves the cap), so the oracle
 // differs from the adaptive run only in how the cap is chosen; a peer
-// drives the same limiter with its own algorithm and no deadline check.
+// drives the same limiter with its own algorithm and no deadline check,
+// and runs as it runs at home: over its limit a request is refused at once
+// (KNEECAP_MAX_QUEUE=0: a 429 with the limiter's Retry-After, no queue),
+// as Envoy's filter answers 503 and Netflix's SimpleLimiter rejects.
 func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
 	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host}
-	if r.Mode.Kind == "static" {
+	switch r.Mode.Kind {
+	case "static":
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
+	case "peer":
+		environ = append(environ, "KNEECAP_MAX_QUEUE=0")
 	}
 	cfg, err := gateway.ConfigFromEnv(environ)
 	if err != nil {
@@ -48,14 +54,14 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 		// cap it set when built.
 		opts = append(opts, gateway.WithOnChange(func(now time.Time, d control.Decision) { fe.traj.add(now, d.Cap) }))
 	case "peer":
-		alg, err := newPeer(r.Mode.Peer)
+		alg, dropOnMiss, err := newPeer(r.Mode.Peer, r.Scenario)
 		if err != nil {
 			return nil, err
 		}
 		opts = append(opts, gateway.WithCapControl(func(h gateway.Host) (gateway.CapControl, error) {
 			h.Limiter.SetLimit(alg.Limit())
 			fe.traj = newTrajectory(start, alg.Limit())
-			return &peerDriver{alg: alg, lim: h.Limiter, traj: fe.traj}, nil
+			return &peerDriver{alg: alg, lim: h.Limiter, traj: fe.traj, dropOnMiss: dropOnMiss}, nil
 		}))
 	default:
 		return nil, fmt.Errorf("unknown mode %q", r.Mode.Kind)
@@ -70,25 +76,42 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	return fe, nil
 }
 
-func newPeer(name string) (peers.Algorithm, error) {
+// newPeer builds a peer algorithm by name, and says whether it is told of
+// a request that missed its targets as a drop.
+//
+// The two configurations a careful user would pick in front of an LLM
+// engine take the targets: envoy-pinned pins Envoy's minimum RTT at the
+// whole-request latency of a request of the workload's mean length that
+// just meets both targets, TTFT + TPOT x (output tokens - 1) (13.7 s for
+// 128 tokens at 1 s and 100 ms); netflix-aimd-slo is told, as the
+// application would call the limiter's onDropped, of every request the
+// gateway judged to have missed one of its targets (its own, with
+// x-slo-tpot-ms) and of every engine error.
+func newPeer(name string, sc Scenario) (alg peers.Algorithm, dropOnMiss bool, err error) {
 	switch name {
 	case "envoy-gradient":
-		return peers.NewEnvoy(), nil
+		return peers.NewEnvoy(), false, nil
+	case "envoy-pinned":
+		out := time.Duration(max(sc.Workload.OutputTokens, 1) - 1)
+		return peers.NewEnvoyPinned(TTFTTarget + out*TPOTTarget), false, nil
 	case "netflix-gradient2":
-		return peers.NewGradient2(), nil
+		return peers.NewGradient2(), false, nil
 	case "netflix-aimd":
-		return peers.NewAIMD(), nil
+		return peers.NewAIMD(), false, nil
+	case "netflix-aimd-slo":
+		return peers.NewAIMDSLO(), true, nil
 	}
-	return nil, fmt.Errorf("unknown peer %q", name)
+	return nil, false, fmt.Errorf("unknown peer %q", name)
 }
 
 // peerDriver feeds a peer algorithm what it sees at home (whole-request
 // latency, in flight, dropped) and applies its limit to the limiter.
 type peerDriver struct {
-	mu   sync.Mutex
-	alg  peers.Algorithm
-	lim  *admission.Limiter
-	traj *trajectory
+	mu         sync.Mutex
+	alg        peers.Algorithm
+	lim        *admission.Limiter
+	traj       *trajectory
+	dropOnMiss bool // a missed target is a drop (netflix-aimd-slo)
 }
 
 var _ proxy.Observer = (*peerDriver)(nil)
@@ -98,15 +121,17 @@ func (d *peerDriver) Chunk(proxy.Chunk)           {}
 
 // Done samples a finished request: latency from forwarding to the end
 // (the time its slot was held). Refusals and requests whose client left
-// are not samples; engine errors are drops.
+// are not samples; engine errors are drops, and so are missed targets
+// when dropOnMiss is set.
 func (d *peerDriver) Done(r slo.Record) {
 	if r.Outcome.Has(slo.Rejected) || r.Outcome.Has(slo.InvalidRequest) || r.OutputTokens == 0 && r.Outcome.Has(slo.ClientCancelled) {
 		return
 	}
 	now := time.Now()
 	inflight := d.lim.State().Running + 1 // as it was, before this release
+	dropped := r.Outcome.Has(slo.EngineError) || d.dropOnMiss && r.Outcome.Missed()
 	d.mu.Lock()
-	d.alg.Sample(now, r.E2E-r.QueueWait, inflight, r.Outcome.Has(slo.EngineError))
+	d.alg.Sample(now, r.E2E-r.QueueWait, inflight, dropped)
 	d.applyLocked(now)
 	d.mu.Unlock()
 }

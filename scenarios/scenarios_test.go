@@ -10,8 +10,8 @@ import (
 )
 
 // TestScenarios runs the suite in virtual time. Without flags it runs the
-// issue's sweep, every static cap 1..64 as the issue asks (552 runs, about
-// 9 minutes on a 2-core machine), and fails on any of the issue's
+// issue's sweep, every static cap 1..64 as the issue asks (568 runs, about
+// 10 minutes on a 2-core machine), and fails on any of the issue's
 // thresholds; it is heavy, so it skips under -race and in -short. CI runs
 // it in its own step:
 //

@@ -13,8 +13,9 @@ import (
 )
 
 // Peers are the peer algorithms run on the same path (package
-// admission/peers).
-var Peers = []string{"envoy-gradient", "netflix-gradient2", "netflix-aimd"}
+// admission/peers): each library's defaults, and the two configurations a
+// careful user would pick in front of an LLM engine (see newPeer).
+var Peers = []string{"envoy-gradient", "envoy-pinned", "netflix-gradient2", "netflix-aimd", "netflix-aimd-slo"}
 
 // Options choose what a suite runs.
 type Options struct {

@@ -8,7 +8,7 @@ import (
 
 // Envoy is the gradient controller of Envoy's adaptive concurrency filter
 // with its defaults (sample_aggregate_percentile 50, buffer 25 %,
-// min_concurrency 3, request_count 50, jitter 10 %, max_concurrency_limit
+// min_concurrency 3, request_count 50, jitter 15 %, max_concurrency_limit
 // 1000) and, for the two required fields, the values of Envoy's example
 // configuration (concurrency_update_interval 100ms, min RTT interval 60s).
 //
@@ -21,8 +21,15 @@ import (
 //	gradient  = clamp((minRTT + buffer*minRTT) / sampleRTT, 0.5, 2)
 //	limit     = clamp(limit*gradient + sqrt(limit*gradient), min_concurrency, max)
 //
-// Source: envoy/source/extensions/filters/http/adaptive_concurrency/
-// controller/gradient_controller.cc and its documentation. Jitter comes from
+// With FixedMinRTT set it is Envoy's pinned-gradient controller instead
+// (see [NewEnvoyPinned]): minRTT is that value, never measured, so there
+// is no min RTT window and the limit never drops to min_concurrency to
+// measure it.
+//
+// Source: envoyproxy/envoy, source/extensions/filters/http/
+// adaptive_concurrency/controller/gradient_controller.cc at commit c35f67f
+// (defaults, jitter 15 % as in api/.../v3/adaptive_concurrency.proto at
+// 149521d) and pinned_gradient_controller.cc at 0df1247. Jitter comes from
 // a fixed-seed generator so runs repeat.
 type Envoy struct {
 	Percentile   float64
@@ -33,7 +40,11 @@ type Envoy struct {
 	MaxLimit     int
 	Update       time.Duration
 	Interval     time.Duration
+	// FixedMinRTT, when positive, pins minRTT (the pinned-gradient
+	// controller).
+	FixedMinRTT time.Duration
 
+	name        string
 	limit       int
 	deferred    int
 	inMinRTT    bool
@@ -47,14 +58,30 @@ type Envoy struct {
 	initialized bool
 }
 
-// NewEnvoy returns the gradient controller with the published defaults.
+// NewEnvoy returns the gradient controller with the published defaults
+// ("envoy-gradient").
 func NewEnvoy() *Envoy {
-	return &Envoy{Percentile: 0.5, Buffer: 0.25, MinConc: 3, RequestCount: 50, Jitter: 0.1,
+	return &Envoy{Percentile: 0.5, Buffer: 0.25, MinConc: 3, RequestCount: 50, Jitter: 0.15,
 		MaxLimit: 1000, Update: 100 * time.Millisecond, Interval: time.Minute,
-		limit: 3, rng: 0x9e3779b97f4a7c15}
+		name: "envoy-gradient", limit: 3, rng: 0x9e3779b97f4a7c15}
 }
 
-func (e *Envoy) Name() string { return "envoy-gradient" }
+// NewEnvoyPinned returns Envoy's pinned-gradient controller
+// ("envoy-pinned") as a careful user in front of an LLM engine would set
+// it: minRTT fixed at minRTT (the whole-request latency a request may take
+// and still meet its targets), no buffer (the pinned controller leaves the
+// padding to the pinned value), and the limit recalculated once per pinned
+// RTT instead of every 100 ms (concurrency_update_interval has no default;
+// with 100 ms windows against streams of seconds a window holds one
+// sample or none, and the limit moves on each); the rest as the gradient
+// controller's defaults. The limit starts at min_concurrency.
+func NewEnvoyPinned(minRTT time.Duration) *Envoy {
+	e := NewEnvoy()
+	e.name, e.Buffer, e.FixedMinRTT, e.Update = "envoy-pinned", 0, minRTT, minRTT
+	return e
+}
+
+func (e *Envoy) Name() string { return e.name }
 func (e *Envoy) Limit() int   { return e.limit }
 
 func (e *Envoy) enterMinRTT(now time.Time) {
@@ -105,11 +132,15 @@ func (e *Envoy) setLimit(n int) {
 func (e *Envoy) Tick(now time.Time) {
 	if !e.initialized {
 		e.initialized = true
-		e.enterMinRTT(now)
 		e.nextWindow = now.Add(e.Update)
+		if e.FixedMinRTT > 0 {
+			e.minRTT, e.epoch = e.FixedMinRTT, now
+		} else {
+			e.enterMinRTT(now)
+		}
 		return
 	}
-	if !e.inMinRTT && !now.Before(e.nextMinRTT) {
+	if e.FixedMinRTT <= 0 && !e.inMinRTT && !now.Before(e.nextMinRTT) {
 		e.enterMinRTT(now)
 		return
 	}

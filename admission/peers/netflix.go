@@ -7,20 +7,22 @@ import (
 
 // Gradient2 is Netflix concurrency-limits' Gradient2Limit with its defaults
 // (initialLimit 20, minLimit 20, maxConcurrency 200, smoothing 0.2,
-// queueSize 4, longWindow 600), updated on every sample as a SimpleLimiter
-// does:
+// queueSize 4, longWindow 600, rttTolerance 1.5), updated on every sample
+// as a SimpleLimiter does:
 //
 //	long     = EMA of rtt over longWindow (mean of the first 10 samples)
-//	if long/rtt > 2: long *= 0.9
+//	if long/rtt > 2: long *= 0.95
 //	if inflight < limit/2: no change (application limited)
-//	gradient = max(0.5, min(1, long/rtt))
+//	gradient = max(0.5, min(1, tolerance*long/rtt))
 //	new      = limit*gradient + queueSize
 //	limit    = clamp(limit*(1-smoothing) + new*smoothing, minLimit, maxLimit)
 //
-// Source: concurrency-limits-core/.../limit/Gradient2Limit.java.
+// Source: Netflix/concurrency-limits, concurrency-limits-core/.../limit/
+// Gradient2Limit.java at commit f2528de (rttTolerance and the 0.95 decay
+// came after early 2019, when tolerance was 1 and the decay 0.9).
 type Gradient2 struct {
 	InitialLimit, MinLimit, MaxLimit int
-	Smoothing, QueueSize             float64
+	Smoothing, QueueSize, Tolerance  float64
 	LongWindow                       int
 
 	est   float64
@@ -29,9 +31,10 @@ type Gradient2 struct {
 	sum   float64
 }
 
-// NewGradient2 returns Gradient2 with the published defaults.
+// NewGradient2 returns Gradient2 with the published defaults
+// ("netflix-gradient2").
 func NewGradient2() *Gradient2 {
-	g := &Gradient2{InitialLimit: 20, MinLimit: 20, MaxLimit: 200, Smoothing: 0.2, QueueSize: 4, LongWindow: 600}
+	g := &Gradient2{InitialLimit: 20, MinLimit: 20, MaxLimit: 200, Smoothing: 0.2, QueueSize: 4, Tolerance: 1.5, LongWindow: 600}
 	g.est = float64(g.InitialLimit)
 	return g
 }
@@ -54,46 +57,72 @@ func (g *Gradient2) Sample(_ time.Time, rtt time.Duration, inflight int, _ bool)
 		return
 	}
 	if g.long/short > 2 {
-		g.long *= 0.9
+		g.long *= 0.95
 	}
 	if float64(inflight) < g.est/2 {
 		return
 	}
-	grad := math.Max(0.5, math.Min(1, g.long/short))
+	grad := math.Max(0.5, math.Min(1, g.Tolerance*g.long/short))
 	n := g.est*grad + g.QueueSize
 	n = g.est*(1-g.Smoothing) + n*g.Smoothing
 	g.est = math.Max(float64(g.MinLimit), math.Min(float64(g.MaxLimit), n))
 }
 
 // AIMD is Netflix concurrency-limits' AIMDLimit with its defaults
-// (initialLimit 10, backoffRatio 0.9, timeout 5s):
+// (initialLimit 20, minLimit 20, maxLimit 200, backoffRatio 0.9, timeout
+// 5s):
 //
-//	if dropped or rtt > timeout: limit = max(1, min(limit-1, int(limit*0.9)))
+//	if dropped or rtt > timeout: limit = int(limit*backoffRatio)
 //	else if inflight*2 >= limit: limit = limit + 1
+//	limit = clamp(limit, minLimit, maxLimit)
 //
-// Source: concurrency-limits-core/.../limit/AIMDLimit.java. Its upper bound
-// is the caller's (MaxLimit, default 200 like the library's limiters).
+// What counts as dropped is the caller's: the library's listener has
+// onDropped for the application to call. [NewAIMDSLO] is the configuration
+// that backs off on a missed target.
+//
+// Source: Netflix/concurrency-limits, concurrency-limits-core/.../limit/
+// AIMDLimit.java at commit 784c960 (the floor minLimit 20 and the clamp
+// came after early 2019, when the floor was 1 and a backoff took at least
+// one off the limit).
 type AIMD struct {
-	BackoffRatio float64
-	Timeout      time.Duration
-	MaxLimit     int
-	limit        int
+	InitialLimit, MinLimit, MaxLimit int
+	BackoffRatio                     float64
+	Timeout                          time.Duration
+
+	name  string
+	limit int
 }
 
-// NewAIMD returns AIMD with the published defaults.
+// NewAIMD returns AIMD with the published defaults ("netflix-aimd").
 func NewAIMD() *AIMD {
-	return &AIMD{BackoffRatio: 0.9, Timeout: 5 * time.Second, MaxLimit: 200, limit: 10}
+	a := &AIMD{InitialLimit: 20, MinLimit: 20, MaxLimit: 200, BackoffRatio: 0.9, Timeout: 5 * time.Second, name: "netflix-aimd"}
+	a.limit = a.InitialLimit
+	return a
 }
 
-func (a *AIMD) Name() string   { return "netflix-aimd" }
+// NewAIMDSLO returns AIMD as a user in front of an LLM engine would set
+// it ("netflix-aimd-slo"): the caller reports a request that missed its
+// latency targets as dropped, the timeout is an hour (the library needs a
+// positive one; no stream lasts that long, so only the targets back off),
+// and the floor is 1 (the default floor of 20 is above the knee of most
+// engines); the rest as published.
+func NewAIMDSLO() *AIMD {
+	a := NewAIMD()
+	a.name, a.MinLimit, a.Timeout = "netflix-aimd-slo", 1, time.Hour
+	return a
+}
+
+func (a *AIMD) Name() string   { return a.name }
 func (a *AIMD) Tick(time.Time) {}
 func (a *AIMD) Limit() int     { return a.limit }
 
 func (a *AIMD) Sample(_ time.Time, rtt time.Duration, inflight int, dropped bool) {
+	l := a.limit
 	switch {
 	case dropped || rtt > a.Timeout:
-		a.limit = max(1, min(a.limit-1, int(float64(a.limit)*a.BackoffRatio)))
-	case inflight*2 >= a.limit:
-		a.limit = min(a.limit+1, a.MaxLimit)
+		l = int(float64(l) * a.BackoffRatio)
+	case inflight*2 >= l:
+		l++
 	}
+	a.limit = max(a.MinLimit, min(a.MaxLimit, l))
 }
