@@ -267,15 +267,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 // does not: no level is predicted to meet P and the cap promises the most
 // goodput (targets at the engine's edge).
 func (c *Controller) holdReason(pl plan) string {
-	if pl.aCap >= c.cfg.Percentile-missTolerance {
+	if pl.aCap >= c.cfg.Percentile-missTolerance || !pl.over || pl.target != c.cap {
 		return ""
 	}
-	switch {
-	case pl.over && pl.target == c.cap:
-		return fmt.Sprintf("hold %d: predicted attainment %.2f < %.2f, and no level meets P%.0f for more goodput: goodput is highest here (%.3f req/s)",
-			c.cap, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, pl.gCap)
-	}
-	return ""
+	return fmt.Sprintf("hold %d: predicted attainment %.2f < %.2f, and no level meets P%.0f for more goodput: goodput is highest here (%.3f req/s)",
+		c.cap, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, pl.gCap)
 }
 
 // learning reports whether the controller is still learning: adaptive,
@@ -393,19 +389,14 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 			att += k.share * a[n]
 		}
 	}
-	g := 0.0 // below minAttainment not an operating point by prediction
-	if att >= minAttainment {
-		g = float64(n) / h * att
+	if att < minAttainment {
+		return 0 // not an operating point, whatever was measured before
 	}
+	g := float64(n) / h * att
 	// Feedback: where the cap has held long enough, the goodput measured
 	// there (good completions per second of holding) takes over from the
 	// prediction, w = min(1, dwell / 60s); it carries what the model
-	// leaves out (slots idle between clients, queue waits, misses). It
-	// counts below minAttainment too: where the targets sit at the
-	// engine's edge (no level meets them for P of the requests, or a burst
-	// of long prompts makes every level predict misses), a level that
-	// measurably served good requests is not abandoned for one that is
-	// only predicted to (issue 14).
+	// leaves out (slots idle between clients, queue waits, misses).
 	if d := c.dwell.get(n); d.w >= minDwell {
 		w := math.Min(1, d.w/fullDwell)
 		g = w*d.sum/d.w + (1-w)*g
