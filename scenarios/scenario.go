@@ -53,9 +53,10 @@ type Scenario struct {
 	// and TPOTTarget.
 	TTFT, TPOT time.Duration
 	// MaxSweptCap, when positive, sweeps the static caps only up to it: for
-	// scenarios whose oracle lies far below it, so that the suite stays
-	// within CI's time (the oracle is checked to lie below it, see
-	// report.go).
+	// scenarios whose oracle lies far below it and whose goodput has fallen
+	// well before it (measured on seed 1: docs/scenarios.md), so that the
+	// suite stays within CI's time; the oracle is checked to lie below it
+	// (report.go).
 	MaxSweptCap int
 	// ColdStart measures the adaptive run's convergence as the time a
 	// fresh gateway takes to serve near the oracle's goodput
@@ -181,7 +182,8 @@ func All() []Scenario {
 		s(12, "heavy-tail", func(sc *Scenario) {
 			sc.Users = 64
 			sc.Workload = HeavyTail
-			sc.MaxSweptCap = 40
+			// Static cap 20 already serves a third of cap 8's goodput.
+			sc.MaxSweptCap = 24
 		}),
 		s(13, "cold-start", func(sc *Scenario) {
 			sc.Users = 64
