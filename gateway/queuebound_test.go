@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -12,9 +10,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/kneecap/kneecap/proxy/proxytest"
 	"github.com/kneecap/kneecap/sim"
 )
 
@@ -66,32 +61,9 @@ func TestOperatorQueueBoundWins(t *testing.T) {
 // learns, then eight at once. It returns the burst's status codes, their
 // refusal reasons and the slowest time to the first byte of a 200's body.
 func queueBoundBurst(t *testing.T, env []string) (codes []int, reasons []string, maxTTFT time.Duration) {
-	quiet := slog.New(slog.DiscardHandler)
-	engine, err := sim.New(sim.Config{Profile: sim.GB10BF16, Seed: 1, Logger: quiet, Registry: prometheus.NewRegistry()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	bg.Go(func() { _ = engine.Run(ctx) })
-	engL := proxytest.NewPipeListener()
-	engSrv := &http.Server{Handler: engine.Handler()}
-	bg.Go(func() { _ = engSrv.Serve(engL) })
-	cfg, err := ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=http://engine", "KNEECAP_MAX_CONCURRENCY=1",
-		"KNEECAP_SLO_TTFT=1s", "KNEECAP_SLO_TPOT=100ms"}, env...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	engT := engL.Transport()
-	gwL, adminL := proxytest.NewPipeListener(), proxytest.NewPipeListener()
-	g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- g.Run(ctx) }()
-	clientT := gwL.Transport()
-	client := &http.Client{Transport: clientT}
+	client, stop := behindSim(t, sim.Config{Profile: sim.GB10BF16, Seed: 1},
+		append([]string{"KNEECAP_MAX_CONCURRENCY=1", "KNEECAP_SLO_TTFT=1s", "KNEECAP_SLO_TPOT=100ms"}, env...))
+	defer stop()
 	body := fmt.Sprintf(`{"model":"m","stream":true,"max_tokens":40,"ignore_eos":true,"messages":[{"role":"user","content":%q}]}`,
 		strings.Repeat("w ", 3000))
 	send := func() (int, string, time.Duration) {
@@ -131,13 +103,5 @@ func queueBoundBurst(t *testing.T, env []string) (codes []int, reasons []string,
 		})
 	}
 	wg.Wait()
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
-	clientT.CloseIdleConnections()
-	_ = engSrv.Close()
-	engT.CloseIdleConnections()
-	bg.Wait()
 	return codes, reasons, maxTTFT
 }
