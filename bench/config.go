@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -138,12 +139,14 @@ func ParseLevels(s string) ([]float64, error) {
 // The zero value always draws 0.
 type Dist struct {
 	Kind DistKind
-	// Mean is the fixed value (Fixed), the centre (Uniform, Normal) or the
-	// mean (Exponential).
+	// Mean is the fixed value (Fixed), the centre (Uniform, Normal), the
+	// mean (Exponential) or the median (LogNormal).
 	Mean int
 	// Spread is the half-width of Uniform as a share of Mean (vLLM's
-	// --random-range-ratio) or the standard deviation of Normal as a share of
-	// Mean.
+	// --random-range-ratio), the standard deviation of Normal as a share of
+	// Mean, or the standard deviation of LogNormal's natural log (sigma:
+	// 1 is ShareGPT-like, most values near the median and some ten times
+	// it).
 	Spread float64
 }
 
@@ -156,6 +159,7 @@ const (
 	Uniform
 	Normal
 	Exponential
+	LogNormal
 )
 
 // Draw returns one value, at least 1 unless Mean is 0.
@@ -173,6 +177,8 @@ func (d Dist) Draw(r *rand.Rand) int {
 		v = m + r.NormFloat64()*d.Spread*m
 	case Exponential:
 		v = r.ExpFloat64() * m
+	case LogNormal:
+		v = m * math.Exp(d.Spread*r.NormFloat64())
 	default:
 		return d.Mean
 	}
@@ -187,15 +193,18 @@ func (d Dist) String() string {
 		return fmt.Sprintf("normal:%d,%g", d.Mean, d.Spread)
 	case Exponential:
 		return fmt.Sprintf("exp:%d", d.Mean)
+	case LogNormal:
+		return fmt.Sprintf("lognormal:%d,%g", d.Mean, d.Spread)
 	}
 	return strconv.Itoa(d.Mean)
 }
 
 // ParseDist reads "N" (fixed), "N±R" or "N:R" (uniform within N*(1±R)),
-// "A-B" (uniform from A to B), "normal:N,R" (standard deviation R*N) or
-// "exp:N" (exponential with mean N).
+// "A-B" (uniform from A to B), "normal:N,R" (standard deviation R*N),
+// "exp:N" (exponential with mean N) or "lognormal:N,S" (median N, the
+// natural log's standard deviation S: heavy-tailed, as ShareGPT's lengths).
 func ParseDist(s string) (Dist, error) {
-	bad := fmt.Errorf("length %q: want N, N:ratio, A-B, normal:N,ratio or exp:N", s)
+	bad := fmt.Errorf("length %q: want N, N:ratio, A-B, normal:N,ratio, exp:N or lognormal:N,sigma", s)
 	atoi := func(v string) (int, bool) {
 		n, err := strconv.Atoi(strings.TrimSpace(v))
 		return n, err == nil && n > 0
@@ -214,14 +223,16 @@ func ParseDist(s string) (Dist, error) {
 		}
 		return Dist{Kind: Exponential, Mean: n}, nil
 	}
-	if rest, ok := strings.CutPrefix(s, "normal:"); ok {
-		a, b, _ := strings.Cut(rest, ",")
-		n, ok1 := atoi(a)
-		r, ok2 := ratio(b)
-		if !ok1 || !ok2 {
-			return Dist{}, bad
+	for prefix, kind := range map[string]DistKind{"normal:": Normal, "lognormal:": LogNormal} {
+		if rest, ok := strings.CutPrefix(s, prefix); ok {
+			a, b, _ := strings.Cut(rest, ",")
+			n, ok1 := atoi(a)
+			r, ok2 := ratio(b)
+			if !ok1 || !ok2 {
+				return Dist{}, bad
+			}
+			return Dist{Kind: kind, Mean: n, Spread: r}, nil
 		}
-		return Dist{Kind: Normal, Mean: n, Spread: r}, nil
 	}
 	for _, sep := range []string{"±", ":"} {
 		if a, b, ok := strings.Cut(s, sep); ok {

@@ -294,11 +294,13 @@ func TestParsers(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for in, check := range map[string]func(int) bool{
-		"1000":         func(v int) bool { return v == 1000 },
-		"1000:0.2":     func(v int) bool { return v >= 800 && v <= 1200 },
-		"500-1500":     func(v int) bool { return v >= 500 && v <= 1500 },
-		"exp:100":      func(v int) bool { return v >= 1 },
-		"normal:100,0": func(v int) bool { return v == 100 },
+		"1000":            func(v int) bool { return v == 1000 },
+		"1000:0.2":        func(v int) bool { return v >= 800 && v <= 1200 },
+		"500-1500":        func(v int) bool { return v >= 500 && v <= 1500 },
+		"exp:100":         func(v int) bool { return v >= 1 },
+		"normal:100,0":    func(v int) bool { return v == 100 },
+		"lognormal:100,0": func(v int) bool { return v == 100 },
+		"lognormal:100,1": func(v int) bool { return v >= 1 },
 	} {
 		d, err := ParseDist(in)
 		if err != nil {
@@ -310,10 +312,23 @@ func TestParsers(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"", "x", "0", "10:2", "9-3", "exp:"} {
+	for _, bad := range []string{"", "x", "0", "10:2", "9-3", "exp:", "lognormal:100", "lognormal:0,1"} {
 		if _, err := ParseDist(bad); err == nil {
 			t.Errorf("ParseDist(%q) accepted", bad)
 		}
+	}
+	// lognormal:N,S has median N and a heavy upper tail.
+	ln, _ := ParseDist("lognormal:500,1")
+	var draws []int
+	for range 4000 {
+		draws = append(draws, ln.Draw(rng))
+	}
+	slices.Sort(draws)
+	if med, p99 := draws[2000], draws[3960]; med < 450 || med > 550 || p99 < 5*med {
+		t.Errorf("lognormal:500,1: median %d, P99 %d; want about 500 and at least 5x it", med, p99)
+	}
+	if got := ln.String(); got != "lognormal:500,1" {
+		t.Errorf("String() = %q", got)
 	}
 	if n := len(strings.Fields(Words(rng, 1000))); n != 1000 {
 		t.Fatalf("Words(1000) has %d words", n)

@@ -49,6 +49,8 @@ func TestNewWiresItsController(t *testing.T) {
 	}{
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1"}, 1, true},
 		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_MAX_CONCURRENCY=5"}, 5, false},
+		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_INITIAL_CAP=6"}, 6, true},
+		{[]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_INITIAL_CAP=6", "KNEECAP_MAX_CONCURRENCY=5"}, 5, false},
 	} {
 		g := newFromEnv(t, tc.env)
 		if got := g.Limiter().Limit(); got != tc.want {
@@ -59,7 +61,15 @@ func TestNewWiresItsController(t *testing.T) {
 			t.Fatalf("%v: /status %d %s", tc.env, rec.Code, rec.Body)
 		}
 		if st.Adaptive != tc.adaptive || st.Controller == nil {
-			t.Errorf("%v: /status adaptive %v (controller %v), want %v", tc.env, st.Adaptive, st.Controller, tc.adaptive)
+			t.Fatalf("%v: /status adaptive %v (controller %v), want %v", tc.env, st.Adaptive, st.Controller, tc.adaptive)
+		}
+		// A fresh adaptive gateway says it is still learning.
+		var cs control.ControllerStatus
+		if b, err := json.Marshal(st.Controller); err != nil || json.Unmarshal(b, &cs) != nil {
+			t.Fatalf("%v: controller status %v", tc.env, st.Controller)
+		}
+		if cs.Learning != tc.adaptive || tc.adaptive && !strings.Contains(cs.Reason, "learning") {
+			t.Errorf("%v: /status learning %v, reason %q", tc.env, cs.Learning, cs.Reason)
 		}
 	}
 	// WithStaticCap: no controller at all.
@@ -177,6 +187,8 @@ func TestControllerSettings(t *testing.T) {
 		"KNEECAP_SLO_PERCENTILE": {{"KNEECAP_SLO_PERCENTILE=0"}, {"KNEECAP_SLO_PERCENTILE=1"},
 			{"KNEECAP_SLO_PERCENTILE=NaN"}, {"KNEECAP_SLO_PERCENTILE=-Inf"}, {"KNEECAP_SLO_PERCENTILE=x"}},
 		"KNEECAP_MIN_CAP": {{"KNEECAP_MIN_CAP=0"}, {"KNEECAP_MIN_CAP=4097"}, {"KNEECAP_MIN_CAP=x"}},
+		"KNEECAP_INITIAL_CAP": {{"KNEECAP_INITIAL_CAP=-1"}, {"KNEECAP_INITIAL_CAP=x"}, {"KNEECAP_INITIAL_CAP=4097"},
+			{"KNEECAP_MIN_CAP=4", "KNEECAP_INITIAL_CAP=2"}, {"KNEECAP_MAX_CAP=4", "KNEECAP_INITIAL_CAP=5"}},
 		"KNEECAP_MAX_CAP": {{"KNEECAP_MAX_CAP=-1"}, {"KNEECAP_MAX_CAP=4097"}, {"KNEECAP_MIN_CAP=8", "KNEECAP_MAX_CAP=4"},
 			{"KNEECAP_MIN_CAP=5000", "KNEECAP_MAX_CAP=6000"}, {"KNEECAP_MIN_CAP=5000", "KNEECAP_MAX_CAP=4096"}},
 	} {

@@ -51,7 +51,12 @@ type Config struct {
 	// MaxQueue bounds the requests waiting for a slot; 0 means no queue.
 	MaxQueue int `env:"MAX_QUEUE" envDefault:"1024"`
 	// MaxQueueWait bounds a request's time in the queue; zero means the
-	// request's own TTFT target (it would miss it anyway).
+	// request's own TTFT target (it would miss it anyway), and the adaptive
+	// controller refuses at once a request predicted to miss that target.
+	// Set longer than a request's TTFT target, it wins: the request may
+	// wait up to it (missing its first-token target rather than being
+	// refused, for clients that cannot retry), and is refused at once only
+	// when predicted to wait longer.
 	MaxQueueWait time.Duration `env:"MAX_QUEUE_WAIT"`
 	// FirstTokenTimeout bounds forwarding to first output of a streamed
 	// request (504, or an SSE error event after headers); 0 disables it.
@@ -113,6 +118,11 @@ type Config struct {
 	SLOPercentile float64 `env:"SLO_PERCENTILE" envDefault:"0.9"`
 	MinCap        int     `env:"MIN_CAP" envDefault:"1"`
 	MaxCap        int     `env:"MAX_CAP"`
+	// InitialCap is the adaptive controller's cap before it has measured
+	// anything (0: MinCap), say the engine's known knee or a fraction of
+	// its slot count; the controller moves it as soon as it learns.
+	// Ignored with MaxConcurrency set.
+	InitialCap int `env:"INITIAL_CAP"`
 	// PrefillPacing lets the controller pace prefills (a static cap too):
 	// a slot is granted only while fewer than k admitted requests wait for
 	// their first token (see admission.Limiter.SetPacing).
@@ -265,6 +275,14 @@ func (c Config) Validate() error {
 		return bad("MaxCap", "must be at most %d, four times the largest default of vLLM's max_num_seqs (1024)", control.CapLimit)
 	case c.MinCap > control.CapLimit:
 		return bad("MinCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", control.CapLimit)
+	case c.InitialCap < 0:
+		return bad("InitialCap", "must not be negative (0: KNEECAP_MIN_CAP)")
+	case c.InitialCap > 0 && c.InitialCap < c.MinCap:
+		return bad("InitialCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
+	case c.InitialCap > 0 && c.MaxCap > 0 && c.InitialCap > c.MaxCap:
+		return bad("InitialCap", "must be at most KNEECAP_MAX_CAP (%d)", c.MaxCap)
+	case c.InitialCap > control.CapLimit:
+		return bad("InitialCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", control.CapLimit)
 	case c.MaxQueue < 0:
 		return bad("MaxQueue", "must not be negative")
 	case c.MaxQueue > 1<<20:

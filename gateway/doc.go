@@ -27,9 +27,10 @@
 //   - adaptive.go: the gateway's own controller, an admission/control.Loop
 //     fed with the proxy's observations: adaptive with MaxConcurrency
 //     unset, fixed at it when set (it still answers the deadline check,
-//     paces prefills and computes Retry-After). Its settings
-//     (SLOPercentile, MinCap, MaxCap, PrefillPacing) are read and checked
-//     with the rest of Config, once.
+//     paces prefills and computes Retry-After; a MaxQueueWait set longer
+//     than a request's TTFT target wins over the deadline check). Its
+//     settings (SLOPercentile, MinCap, MaxCap, InitialCap, PrefillPacing)
+//     are read and checked with the rest of Config, once.
 //   - admin.go: the admin endpoints and the /status document ([Status];
 //     "adaptive" is true only when the cap moves at run time).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.

@@ -1,16 +1,11 @@
 package gateway
 
 import (
-	"context"
 	"io"
-	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kneecap/kneecap/proxy/proxytest"
 	"github.com/kneecap/kneecap/sim"
@@ -38,36 +33,9 @@ func runAgainstSim(t *testing.T, flavor sim.Flavor) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	quiet := slog.New(slog.DiscardHandler)
-	engine, err := sim.New(sim.Config{Profile: profile, Flavor: flavor, Seed: 7, Logger: quiet,
-		Registry: prometheus.NewRegistry(), Faults: sim.Faults{CutRate: 0.25}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var bg sync.WaitGroup
-	bg.Go(func() { _ = engine.Run(ctx) })
-	engL := proxytest.NewPipeListener()
-	engSrv := &http.Server{Handler: engine.Handler()}
-	bg.Go(func() { _ = engSrv.Serve(engL) })
-
-	cfg, err := ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://engine", "KNEECAP_MAX_CONCURRENCY=4",
-		"KNEECAP_SLO_TTFT=60s", "KNEECAP_SLO_TPOT=1s"})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var rec windowlessRecorder
-	engT := engL.Transport()
-	gwL, adminL := proxytest.NewPipeListener(), proxytest.NewPipeListener()
-	g, err := New(cfg, WithTransport(engT), WithListeners(gwL, adminL), WithRegistry(prometheus.NewRegistry()), WithStaticCap(), WithObserver(&rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runErr := make(chan error, 1)
-	go func() { runErr <- g.Run(ctx) }()
-
-	clientT := gwL.Transport()
-	client := &http.Client{Transport: clientT}
+	client, stop := behindSim(t, sim.Config{Profile: profile, Flavor: flavor, Seed: 7, Faults: sim.Faults{CutRate: 0.25}},
+		[]string{"KNEECAP_MAX_CONCURRENCY=4", "KNEECAP_SLO_TTFT=60s", "KNEECAP_SLO_TPOT=1s"}, WithStaticCap(), WithObserver(&rec))
 	var mu sync.Mutex
 	var bodies []string
 	var wg sync.WaitGroup
@@ -120,12 +88,5 @@ func runAgainstSim(t *testing.T, flavor sim.Flavor) {
 		t.Fatalf("%d records, %d streams ended with an error event, %d engine errors (want some, not all)", len(recs), cut, engineErrors)
 	}
 
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatal(err)
-	}
-	clientT.CloseIdleConnections()
-	_ = engSrv.Close()
-	engT.CloseIdleConnections()
-	bg.Wait()
+	stop()
 }

@@ -19,7 +19,7 @@ import (
 //
 // Without them TestScenarios runs the sweep as CI does.
 var (
-	flagScenarios = flag.String("scenarios", os.Getenv("KNEECAP_SCENARIOS"), "comma-separated scenario IDs to run (default all 8; also KNEECAP_SCENARIOS)")
+	flagScenarios = flag.String("scenarios", os.Getenv("KNEECAP_SCENARIOS"), "comma-separated scenario IDs to run (default all; also KNEECAP_SCENARIOS)")
 	flagCaps      = flag.String("caps", "1-64", "static caps swept for the oracle: a range A-B or a comma-separated list")
 	flagNoPeers   = flag.Bool("no-peers", false, "skip the peer algorithms (Envoy gradient and pinned gradient, Netflix Gradient2, AIMD and AIMD on missed targets)")
 	flagSeed      = flag.Uint64("seed", 1, "seed of every run")

@@ -34,7 +34,8 @@ type frontend struct {
 // (KNEECAP_MAX_QUEUE=0: a 429 with the limiter's Retry-After, no queue),
 // as Envoy's filter answers 503 and Netflix's SimpleLimiter rejects.
 func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
-	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host}
+	tg := r.Scenario.Targets()
+	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host, "KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String()}
 	switch r.Mode.Kind {
 	case "static":
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
@@ -82,8 +83,8 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 // The two configurations a careful user would pick in front of an LLM
 // engine take the targets: envoy-pinned pins Envoy's minimum RTT at the
 // whole-request latency of a request of the workload's mean length that
-// just meets both targets, TTFT + TPOT x (output tokens - 1) (13.7 s for
-// 128 tokens at 1 s and 100 ms); netflix-aimd-slo is told, as the
+// just meets the scenario's targets, TTFT + TPOT x (output tokens - 1)
+// (13.7 s for 128 tokens at 1 s and 100 ms); netflix-aimd-slo is told, as the
 // application would call the limiter's onDropped, of every request the
 // gateway judged to have missed one of its targets (its own, with
 // x-slo-tpot-ms) and of every engine error.
@@ -92,8 +93,8 @@ func newPeer(name string, sc Scenario) (alg peers.Algorithm, dropOnMiss bool, er
 	case "envoy-gradient":
 		return peers.NewEnvoy(), false, nil
 	case "envoy-pinned":
-		out := time.Duration(max(sc.Workload.OutputTokens, 1) - 1)
-		return peers.NewEnvoyPinned(TTFTTarget + out*TPOTTarget), false, nil
+		out, tg := time.Duration(max(sc.Workload.OutputTokens, 1)-1), sc.Targets()
+		return peers.NewEnvoyPinned(tg.TTFT + out*tg.TPOT), false, nil
 	case "netflix-gradient2":
 		return peers.NewGradient2(), false, nil
 	case "netflix-aimd":

@@ -35,6 +35,29 @@ type RunResult struct {
 	Converge, Reconverge time.Duration
 	// Wall is the real time the run took (measured outside its bubble).
 	Wall time.Duration `json:"wall"`
+	// GoodAt, for a scenario with ColdStart, is when each good request
+	// ended (from the start of the run, warm-up included), in order.
+	GoodAt []time.Duration `json:"-"`
+}
+
+// ColdWindow is the span over which a cold start's goodput is judged.
+const ColdWindow = 30 * time.Second
+
+// coldConverge returns how long a fresh gateway took to serve near the
+// oracle: the start of the first ColdWindow (sliding by a second from the
+// run's start) whose good completions per second reach goal, that is the
+// moment the goodput over the trailing ColdWindow first reaches goal, less
+// the ColdWindow it needs to be measured. -1 if none until end.
+func coldConverge(goodAt []time.Duration, goal float64, end time.Duration) time.Duration {
+	need := goal * ColdWindow.Seconds()
+	for from := time.Duration(0); from+ColdWindow <= end; from += time.Second {
+		lo, _ := slices.BinarySearch(goodAt, from)
+		hi, _ := slices.BinarySearch(goodAt, from+ColdWindow)
+		if float64(hi-lo) >= need {
+			return from
+		}
+	}
+	return -1
 }
 
 // band is the tolerance around a final cap within which it counts as

@@ -22,3 +22,49 @@ func TestConvergence(t *testing.T) {
 		t.Fatalf("got %d at %v, want 4 at 5s", f, at)
 	}
 }
+
+// A cold start has converged at the start of the first 30 s whose good
+// completions per second reach the goal.
+func TestColdConverge(t *testing.T) {
+	s := time.Second
+	var good []time.Duration
+	// One good completion every 4 s for the first 20 s, then one a second.
+	for at := 4 * s; at <= 20*s; at += 4 * s {
+		good = append(good, at)
+	}
+	for at := 21 * s; at <= 120*s; at += s {
+		good = append(good, at)
+	}
+	// Goal 0.9/s: 27 in a window. [0,30) holds 5+9 = 14; [12s,42s) holds
+	// 16s, 20s and 21..41 = 2+21 = 23; [16s,46s) 16s, 20s, 21..45 = 27.
+	if got := coldConverge(good, 0.9, 120*s); got != 16*s {
+		t.Errorf("converged at %v, want 16s", got)
+	}
+	if got := coldConverge(good, 1.1, 120*s); got != -1 {
+		t.Errorf("a goal never reached converged at %v, want -1", got)
+	}
+	if got := coldConverge(good, 0.1, 120*s); got != 0 {
+		t.Errorf("a goal reached at once converged at %v, want 0", got)
+	}
+}
+
+// Scenario 9's TTFT target sits at the engine's edge: between the solo
+// TTFT of the shortest and the longest prompts, so that at cap 1 some
+// requests miss it and most meet it.
+func TestEdgeTargets(t *testing.T) {
+	var sc Scenario
+	for _, s := range All() {
+		if s.ID == 9 {
+			sc = s
+		}
+	}
+	lo, _ := sc.Profile.Solo(sc.Workload, 0.05, 2000, 1)
+	hi, _ := sc.Profile.Solo(sc.Workload, 0.95, 2000, 1)
+	tg := sc.Targets()
+	if !(tg.TTFT > lo && tg.TTFT < hi) || tg.TPOT != TPOTTarget {
+		t.Errorf("scenario 9 targets %+v, want TTFT between the solo P5 %v and P95 %v", tg, lo, hi)
+	}
+	if d := (Scenario{}).Targets(); d.TTFT != TTFTTarget || d.TPOT != TPOTTarget {
+		t.Errorf("default targets %+v", d)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -145,7 +146,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		Workload:      r.Scenario.workload(r.Timing),
 		Seed:          r.Seed,
 		IgnoreEOS:     true,
-		Targets:       bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget},
+		Targets:       r.Scenario.Targets(),
 		RetryAfterMax: RetryAfterMax,
 	}
 	if !r.RealTime {
@@ -203,6 +204,14 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		}
 	}
 	res.MedianTTFT = median(ttfts)
+	if r.Scenario.ColdStart {
+		for _, rec := range lv.Records {
+			if rec.Good {
+				res.GoodAt = append(res.GoodAt, rec.End.Sub(start))
+			}
+		}
+		slices.Sort(res.GoodAt)
+	}
 	if d := to.Sub(from).Seconds(); d > 0 {
 		res.Goodput = float64(res.Good) / d
 	}

@@ -47,6 +47,33 @@ type Scenario struct {
 	// TightShare of the requests carry x-slo-tpot-ms: TightTPOT.
 	TightShare float64
 	TightTPOT  time.Duration
+
+	// TTFT and TPOT are the scenario's targets, the clients' and the
+	// gateway's (KNEECAP_SLO_TTFT, KNEECAP_SLO_TPOT); zero means TTFTTarget
+	// and TPOTTarget.
+	TTFT, TPOT time.Duration
+	// MaxSweptCap, when positive, sweeps the static caps only up to it: for
+	// scenarios whose oracle lies far below it and whose goodput has fallen
+	// well before it (measured on seed 1: docs/scenarios.md), so that the
+	// suite stays within CI's time; the oracle is checked to lie below it
+	// (report.go).
+	MaxSweptCap int
+	// ColdStart measures the adaptive run's convergence as the time a
+	// fresh gateway takes to serve near the oracle's goodput
+	// (coldConverge), not by its cap's trajectory.
+	ColdStart bool
+}
+
+// Targets returns the scenario's targets for requests without a header.
+func (s Scenario) Targets() bench.Targets {
+	t := bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget}
+	if s.TTFT > 0 {
+		t.TTFT = s.TTFT
+	}
+	if s.TPOT > 0 {
+		t.TPOT = s.TPOT
+	}
+	return t
 }
 
 // HasChange reports whether the scenario changes halfway.
@@ -69,7 +96,38 @@ var DefaultTiming = Timing{Warmup: 60 * time.Second, Window: 12 * time.Minute}
 // ChangeAt is when the change of a scenario happens, from the run's start.
 func (t Timing) ChangeAt() time.Duration { return t.Warmup + t.Window/2 }
 
-// All returns the issue's eight scenarios.
+// EdgeShare is the share of requests that meet scenario 9's TTFT target on
+// the engine alone at cap 1: its target is that quantile of the solo TTFT
+// (sim.Profile.Solo), so that even at cap 1 about a quarter miss.
+const EdgeShare = 0.75
+
+// EdgeWorkload is scenario 9's: the brief's first table's lengths (1000
+// prompt, 120 output tokens) drawn within +-50 %, short answers that batch
+// well, as in the llama.cpp runs of issue 14.
+var EdgeWorkload = sim.Workload{PromptTokens: 1000, OutputTokens: 120, RangeRatio: 0.5}
+
+// CacheDrift is scenario 11's engine: gb10-bf16 with a prefix cache that
+// keeps up to 1.5 M tokens of finished sequences, each adding 15 ns to every
+// step: at the knee's rate it fills in about 11 minutes, and a step then
+// takes 22 ms longer (at cap 1 TPOT goes from about 11 to 33 ms, as the
+// llama.cpp server of issue 14 went from 6 to 22-24 ms).
+var CacheDrift = func() sim.Profile {
+	p := sim.GB10BF16
+	p.Name = "gb10-bf16-cache-drift"
+	p.PrefixCacheTokens, p.StepPerCachedToken = 1_500_000, 15*time.Nanosecond
+	return p
+}()
+
+// HeavyTail is scenario 12's workload, ShareGPT-like: log-normal prompts of
+// median 1000 tokens (sigma 1: a quarter beyond 2000, 4 % beyond 6000,
+// where a prefill alone takes a second), clipped at 16000, and outputs of
+// median 128 tokens (sigma 1), clipped at 2048.
+var HeavyTail = sim.Workload{
+	PromptTokens: 1000, PromptSigma: 1, MaxPromptTokens: 16000,
+	OutputTokens: 128, OutputSigma: 1, MaxOutputTokens: 2048,
+}
+
+// All returns the scenarios: the eight of issue 5 and 9-13 of issue 14.
 func All() []Scenario {
 	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
 	s := func(id int, name string, f func(*Scenario)) Scenario {
@@ -105,6 +163,33 @@ func All() []Scenario {
 			sc.Users = 64
 			sc.TightShare, sc.TightTPOT = 0.5, 50*time.Millisecond
 		}),
+		s(9, "edge-targets", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload = EdgeWorkload
+			sc.TTFT, _ = sc.Profile.Solo(sc.Workload, EdgeShare, 2000, 1)
+			sc.MaxSweptCap = 16
+		}),
+		s(10, "open-no-retry", func(sc *Scenario) {
+			// Open-loop clients never retry: a 429 is a lost request.
+			sc.KneeShare = 1.5
+			sc.MaxSweptCap = 16
+		}),
+		s(11, "cache-drift", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Profile = CacheDrift
+			sc.MaxSweptCap = 16
+		}),
+		s(12, "heavy-tail", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload = HeavyTail
+			// Static cap 20 already serves a third of cap 8's goodput.
+			sc.MaxSweptCap = 24
+		}),
+		s(13, "cold-start", func(sc *Scenario) {
+			sc.Users = 64
+			sc.ColdStart = true
+			sc.MaxSweptCap = 16
+		}),
 	}
 }
 
@@ -121,7 +206,7 @@ func (s Scenario) workload(t Timing) bench.Workload {
 		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "default"}
 		if s.TightShare > 0 && sl.Rand.Float64() < s.TightShare {
 			req.Header = http.Header{"X-Slo-Tpot-Ms": {strconv.Itoa(int(s.TightTPOT / time.Millisecond))}}
-			req.Targets = bench.Targets{TTFT: TTFTTarget, TPOT: s.TightTPOT}
+			req.Targets = bench.Targets{TTFT: s.Targets().TTFT, TPOT: s.TightTPOT}
 			req.Class = "tight"
 		}
 		return req

@@ -103,10 +103,12 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Context.Err() != nil }
 
 // modes lists the runs of one scenario.
-func (s *Suite) modes() []Mode {
+func (s *Suite) modes(sc Scenario) []Mode {
 	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
 	for _, c := range s.Options.Caps {
-		m = append(m, Mode{Kind: "static", Cap: c})
+		if sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap {
+			m = append(m, Mode{Kind: "static", Cap: c})
+		}
 	}
 	if !s.Options.NoPeers {
 		for _, p := range Peers {
@@ -120,7 +122,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 	var mu sync.Mutex
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
-			for _, m := range s.modes() {
+			for _, m := range s.modes(sc) {
 				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					t.Parallel()

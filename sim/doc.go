@@ -7,8 +7,11 @@
 // # Overview
 //
 //   - profile.go: [Profile], the engine being simulated (memory limits,
-//     token budget, step costs), the built-in profiles and the calibration
-//     workloads ([Table1Workload], [SecondWorkload]).
+//     token budget, step costs, an optional prefix cache whose resident
+//     tokens slow every step), the built-in profiles, the calibration
+//     workloads ([Table1Workload], [SecondWorkload]), heavy-tailed
+//     (log-normal) lengths in [Workload], and [Profile.Solo], what a request
+//     alone can meet, to set targets relative to a profile.
 //   - engine.go: the scheduler and step model, pure and clock-free: each
 //     step decodes one token for every running sequence and prefills prompt
 //     chunks under a token budget; max_num_seqs and a KV-cache capacity

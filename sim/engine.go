@@ -78,7 +78,10 @@ type engine struct {
 	incoming []*seq // arrived since the last schedule, not yet in waiting
 	running  []*seq // in admission order; the last one is preempted first
 	kvUsed   int
-	batch    []work
+	// cached is how many tokens of finished sequences the prefix cache
+	// holds (Profile.PrefixCacheTokens).
+	cached int
+	batch  []work
 	// admittedAt is the latest arrival among the sequences the last
 	// schedule admitted: the step cannot have started before it.
 	admittedAt time.Time
@@ -228,7 +231,7 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	if len(e.batch) == 0 {
 		return 0, false
 	}
-	return e.p.StepTime(len(e.batch), kvAttended, prefill), true
+	return e.p.CachedStepTime(len(e.batch), kvAttended, prefill, e.cached), true
 }
 
 // commit applies the planned step at now: prefill chunks become KV cache, a
@@ -260,6 +263,7 @@ func (e *engine) commit(now time.Time) {
 		if s.generated >= s.maxOut {
 			s.finished = true
 			anyDone = true
+			e.cached = min(e.p.PrefixCacheTokens, e.cached+s.prompt+s.generated)
 			if e.obs != nil {
 				e.obs.finished(s, now)
 			}

@@ -14,12 +14,14 @@ import (
 // to kv tokens of KV cache and prefills p prompt tokens takes
 //
 //	StepBase + n*StepPerSeq + kv*StepPerKVToken + p*StepPerPrefillToken
+//	         + c*StepPerCachedToken
 //
 // times the run-time step factor ([Sim.SetStepFactor]), divided by the time
 // scale. StepBase is reading the weights once (bound by memory bandwidth);
 // StepPerSeq and StepPerKVToken are what each sequence adds (for a
 // mixture-of-experts model, the extra experts its token activates, and its KV
-// cache); StepPerPrefillToken is the compute of a prompt token.
+// cache); StepPerPrefillToken is the compute of a prompt token. c is the
+// number of tokens resident in the prefix cache (see PrefixCacheTokens).
 type Profile struct {
 	// Name is the profile's name (--profile).
 	Name string
@@ -46,6 +48,15 @@ type Profile struct {
 	StepPerKVToken      time.Duration
 	StepPerPrefillToken time.Duration
 
+	// PrefixCacheTokens, when positive, keeps the tokens of finished
+	// sequences resident for prefix reuse, as llama.cpp's server and vLLM's
+	// prefix cache do, up to that many tokens (the oldest are evicted
+	// first); each resident token adds StepPerCachedToken to every step, so
+	// the engine's per-token time grows over a run as the cache fills and
+	// is the same again only on a fresh engine. Zero means no such cache.
+	PrefixCacheTokens  int
+	StepPerCachedToken time.Duration
+
 	// MeanOutputTokens is the mean of the output length drawn (exponential,
 	// seeded, capped by max_tokens, at least 1) when a request does not set
 	// ignore_eos.
@@ -63,22 +74,30 @@ func (p Profile) Validate() error {
 		return fmt.Errorf("kv_cache_tokens (%d) must hold one sequence of max_model_len (%d)", p.KVCacheTokens, p.MaxModelLen)
 	case p.MaxBatchedTokens < 1:
 		return errors.New("max_batched_tokens must be at least 1")
-	case p.StepBase < 0 || p.StepPerSeq < 0 || p.StepPerKVToken < 0 || p.StepPerPrefillToken < 0:
+	case p.StepBase < 0 || p.StepPerSeq < 0 || p.StepPerKVToken < 0 || p.StepPerPrefillToken < 0 || p.StepPerCachedToken < 0:
 		return errors.New("step costs must not be negative")
 	case p.StepBase+p.StepPerSeq <= 0:
 		return errors.New("a step must take some time: step_base + step_per_seq > 0")
+	case p.PrefixCacheTokens < 0:
+		return errors.New("prefix_cache_tokens must not be negative")
 	case p.MeanOutputTokens < 1:
 		return errors.New("mean_output_tokens must be at least 1")
 	}
 	return nil
 }
 
-// StepTime is the modelled duration of one step, before the step factor and
-// the time scale.
+// StepTime is the modelled duration of one step with an empty prefix
+// cache, before the step factor and the time scale.
 func (p Profile) StepTime(seqs, kvTokens, prefillTokens int) time.Duration {
 	return p.StepBase + time.Duration(seqs)*p.StepPerSeq +
 		time.Duration(kvTokens)*p.StepPerKVToken +
 		time.Duration(prefillTokens)*p.StepPerPrefillToken
+}
+
+// CachedStepTime is StepTime with cached tokens resident in the prefix
+// cache (at most PrefixCacheTokens count).
+func (p Profile) CachedStepTime(seqs, kvTokens, prefillTokens, cached int) time.Duration {
+	return p.StepTime(seqs, kvTokens, prefillTokens) + time.Duration(min(cached, p.PrefixCacheTokens))*p.StepPerCachedToken
 }
 
 // The built-in profiles. Their parameters and how they were fitted are in
@@ -161,22 +180,77 @@ func LookupProfile(name string) (Profile, error) {
 // simulator. With RangeRatio r, prompt and output lengths are drawn
 // uniformly from [L x (1-r), L x (1+r)], as vLLM's benchmark does with
 // --random-range-ratio; r = 0 means fixed lengths.
+//
+// With PromptSigma (OutputSigma) positive, the prompt (output) length is
+// log-normal instead, heavy-tailed as in ShareGPT: its median is
+// PromptTokens (OutputTokens) and its natural log has standard deviation
+// PromptSigma (OutputSigma); MaxPromptTokens (MaxOutputTokens) clip it when
+// positive, as a dataset's filter on length does.
 type Workload struct {
 	PromptTokens int
 	OutputTokens int
 	RangeRatio   float64
+
+	PromptSigma, OutputSigma         float64
+	MaxPromptTokens, MaxOutputTokens int
 }
 
 // Lengths draws one request's prompt and output lengths (at least 1 each).
 func (w Workload) Lengths(rng *rand.Rand) (prompt, output int) {
-	if w.RangeRatio == 0 {
-		return max(1, w.PromptTokens), max(1, w.OutputTokens)
+	draw := func(n int, sigma float64, limit int) int {
+		f := 1.0
+		switch {
+		case sigma > 0:
+			f = math.Exp(sigma * rng.NormFloat64())
+		case w.RangeRatio != 0:
+			f = 1 - w.RangeRatio + 2*w.RangeRatio*rng.Float64()
+		}
+		v := max(1, int(math.Round(f*float64(n))))
+		if limit > 0 {
+			v = min(v, limit)
+		}
+		return v
 	}
-	draw := func(n int) int {
-		f := 1 - w.RangeRatio + 2*w.RangeRatio*rng.Float64()
-		return max(1, int(math.Round(f*float64(n))))
+	prompt = draw(w.PromptTokens, w.PromptSigma, w.MaxPromptTokens)
+	return prompt, draw(w.OutputTokens, w.OutputSigma, w.MaxOutputTokens)
+}
+
+// Solo returns the q-quantiles (0 < q < 1) of TTFT and TPOT that requests of
+// w see on this engine running alone (one request at a time, an empty
+// prefix cache, no step factor), over n requests drawn with seed: the best
+// any cap can do, to set targets relative to what a profile can meet (k x
+// the solo P75, say). TPOT is (E2E - TTFT)/(output - 1); a request with one
+// output token has none and counts as 0.
+func (p Profile) Solo(w Workload, q float64, n int, seed uint64) (ttft, tpot time.Duration) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	ttfts := make([]time.Duration, n)
+	tpots := make([]time.Duration, n)
+	for i := range n {
+		prompt, out := w.Lengths(rng)
+		for done := 0; done < prompt; {
+			need := min(prompt-done, p.MaxBatchedTokens)
+			ttfts[i] += p.StepTime(1, done+need, need)
+			done += need
+		}
+		if out > 1 {
+			var decode time.Duration
+			for k := 2; k <= out; k++ {
+				decode += p.StepTime(1, prompt+k-1, 0)
+			}
+			tpots[i] = decode / time.Duration(out-1)
+		}
 	}
-	return draw(w.PromptTokens), draw(w.OutputTokens)
+	return quantile(ttfts, q), quantile(tpots, q)
+}
+
+// quantile is the q-quantile of d by the nearest rank; d is sorted in place.
+func quantile(d []time.Duration, q float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	i := int(math.Ceil(q*float64(len(d)))) - 1
+	return d[min(max(i, 0), len(d)-1)]
 }
 
 var (

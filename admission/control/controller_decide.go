@@ -171,9 +171,12 @@ const (
 //     evidenceAtCap; and the engine ran above the target since the last
 //     decision, and the load is not light (see lightLoad: there a lower
 //     cap would only queue the rare burst past its TTFT target), and the
-//     target
-//     does not cost more than 5 % of the goodput: where it would, goodput
-//     wins, as for raises) or, with demand and 20 s held (dwellAtCap),
+//     target does not cost more than 3 % of the goodput (goodputSlack:
+//     where it would, goodput wins; a level missing P is chosen for
+//     goodput only when it promises 5 % more, goodputOverride, so that in
+//     between the cap holds: with 5 % both ways, targets at the engine's
+//     edge swung it between the level meeting P and the one serving more,
+//     issue 14) or, with demand and 20 s held (dwellAtCap),
 //     predicts less goodput than the target by more than 10 % (moveGain);
 //   - raise, by at most a quarter of the cap, towards a target above it
 //     that predicts more goodput by more than 3 %, when there is demand:
@@ -223,7 +226,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
-	case pl.target < c.cap && missing && load.PeakRunning > pl.target && !c.lightLoad(float64(pl.target)) && pl.gT >= (1-goodputOverride)*pl.gCap:
+	case pl.target < c.cap && missing && load.PeakRunning > pl.target && !c.lightLoad(float64(pl.target)) && pl.gT >= (1-goodputSlack)*pl.gCap:
 		step := 1
 		if pl.aCap < c.cfg.Percentile-bigViolation {
 			step = max(1, int(float64(c.cap)*lowerStep))
@@ -254,10 +257,39 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
 	default:
+		if r := c.holdReason(pl); r != "" {
+			c.reason = r
+		}
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+}
+
+// holdReason says why the cap holds although it misses P, or "" when it
+// does not: no level is predicted to meet P and the cap promises the most
+// goodput (targets at the engine's edge).
+func (c *Controller) holdReason(pl plan) string {
+	if pl.aCap >= c.cfg.Percentile-missTolerance || !pl.over || pl.target != c.cap {
+		return ""
+	}
+	return fmt.Sprintf("hold %d: predicted attainment %.2f < %.2f, and no level meets P%.0f for more goodput: goodput is highest here (%.3f req/s)",
+		c.cap, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, pl.gCap)
+}
+
+// learning reports whether the controller is still learning: adaptive,
+// and no level has dwelt under demand long enough for its measured
+// goodput to count (dwell is cleared by a detected shift).
+func (c *Controller) learning() bool {
+	if c.cfg.Fixed {
+		return false
+	}
+	for _, d := range c.dwell {
+		if d.w >= minDwell {
+			return false
+		}
+	}
+	return true
 }
 
 // evidenceAtCap reports whether a predicted miss at the cap may lower it:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -28,12 +29,17 @@ type ControllerStatus struct {
 	Cap  int    `json:"cap"`
 	// PrefillLimit is how many requests may wait for their first token at
 	// once (prefill pacing, see Controller.PrefillLimit); 0: pacing off.
-	PrefillLimit int       `json:"prefill_limit"`
-	Reason       string    `json:"reason"`
-	ChangedAt    time.Time `json:"changed_at,omitzero"`
-	Percentile   Float     `json:"percentile"`
-	MinCap       int       `json:"min_cap"`
-	MaxCap       int       `json:"max_cap"`
+	PrefillLimit int `json:"prefill_limit"`
+	// Learning is true while no level has been measured under demand
+	// long enough for its goodput to count (20 s; again after a detected
+	// shift): the cap grows as fast as the model allows, and the reason
+	// says so.
+	Learning   bool      `json:"learning"`
+	Reason     string    `json:"reason"`
+	ChangedAt  time.Time `json:"changed_at,omitzero"`
+	Percentile Float     `json:"percentile"`
+	MinCap     int       `json:"min_cap"`
+	MaxCap     int       `json:"max_cap"`
 	// Model is the fitted mean model: gap(n) = a + b n per output chunk and
 	// engine TTFT(n) = a + b n, in seconds.
 	GapA  Float `json:"gap_a_seconds"`
@@ -90,6 +96,9 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		Percentile: Float(c.cfg.Percentile), MinCap: c.cfg.MinCap, MaxCap: c.cfg.MaxCap,
 		GapA: Float(c.gap.a), GapB: Float(c.gap.b), TTFTA: Float(c.ttft.a), TTFTB: Float(c.ttft.b),
 		TPOTSpread: Float(s.qTPOT), TTFTSpread: Float(s.qTTFT), Shifts: c.shifts, LastShift: c.lastShift,
+	}
+	if st.Learning = c.learning(); st.Learning && !strings.HasPrefix(st.Reason, "learning") {
+		st.Reason += " (still learning: no level measured under demand for 20s yet)"
 	}
 	st.Attainment = Float(c.measuredAttainment(now))
 	if w, ok := c.PredictWait(now, 0); ok {

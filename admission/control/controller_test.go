@@ -17,6 +17,9 @@ type engine struct {
 	out          int
 	demand       int // concurrent users wanting service
 	phase        float64
+	// slowEvery > 0 makes every slowEvery-th request's TPOT 1.5 times the
+	// step (a neighbour's prefill stalled it).
+	slowEvery, done int
 }
 
 func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
@@ -43,8 +46,12 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		for e.phase >= 1 {
 			e.phase--
 			c.ObserveFirst(now, n, e.ttft(n))
-			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: g,
-				Hold: hold, OutputTokens: e.out, Good: g <= 100*time.Millisecond})
+			tpot := g
+			if e.done++; e.slowEvery > 0 && e.done%e.slowEvery == 0 {
+				tpot = g * 3 / 2
+			}
+			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: tpot,
+				Hold: hold, OutputTokens: e.out, Good: tpot <= 100*time.Millisecond})
 		}
 		if i%10 == 9 {
 			queued := max(e.demand-c.Cap(), 0)
@@ -194,5 +201,29 @@ func TestStatusAtLargeFixedCapIsBounded(t *testing.T) {
 	}
 	if st.Levels[7].Running != 8 || st.Levels[7].GapSamples == 0 {
 		t.Errorf("level 8, where the engine ran, is %+v", st.Levels[7])
+	}
+}
+
+// Targets at the edge: when every third request's TPOT is half again the
+// step, P90 holds only where 1.5 x the step meets the target (up to 3 on
+// this engine) while levels up to 7 serve two thirds of their requests
+// well and more of them per second. The cap goes where goodput is highest,
+// not to the largest level meeting P, and the reason says why it holds
+// there.
+func TestEdgeTargetsHoldWhereGoodputIsHighest(t *testing.T) {
+	e := bf16Like()
+	e.slowEvery = 3
+	c := NewController(ControllerConfig{})
+	now, caps := e.run(t, c, t0, 3*time.Minute)
+	final := caps[len(caps)-1]
+	if final <= 3 {
+		t.Fatalf("final cap %d, want above the largest level meeting P90 (3); caps %v", final, caps)
+	}
+	if i := lastOutOfBand(caps, final); i > 60 {
+		t.Errorf("still moving after %ds (oscillating between the level meeting P and the one serving more): %v", i, caps)
+	}
+	st := c.Status(now)
+	if !strings.HasPrefix(st.Reason, "hold") || !strings.Contains(st.Reason, "goodput is highest here") {
+		t.Errorf("cap %d, reason %q: want it to say it holds for goodput below P90; caps %v", st.Cap, st.Reason, caps)
 	}
 }

@@ -20,8 +20,9 @@
 //   - model*.go: the latency model: per-level forgotten means and fitted
 //     curves of the chunk gap and engine TTFT, the spreads, level-local
 //     quantiles, shift detection; model_table.go: the per-level predictions.
-//   - predict.go: the deadline check ([Controller.Admit], a [Verdict]), the
-//     predicted wait, the Retry-After promised to refused requests
+//   - predict.go: the deadline check ([Controller.Admit], a [Verdict];
+//     an operator's queue bound longer than the TTFT target replaces it),
+//     the predicted wait, the Retry-After promised to refused requests
 //     ([Controller.Promise]) and the prefill limit.
 //   - loop.go: [Loop], the control loop: a Controller bound to an
 //     admission.Limiter, made safe for concurrent use. It decides every

@@ -131,6 +131,15 @@ type Verdict struct {
 // wait for, counting the requests already told to come back, less half the
 // budget T_ttft - engine TTFT that it may spend queued. With nothing
 // learned yet it lets everything queue.
+//
+// Where the operator set a queue bound longer than the request's TTFT
+// target (ControllerConfig.MaxQueueWait), the bound wins: the request is
+// refused at once only when
+//
+//	(now - arrival) + bound(ahead) > MaxQueueWait,
+//
+// since the limiter would time it out anyway; otherwise it may wait up to
+// the bound and miss its TTFT target.
 func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if q.Paced {
 		return c.admitPaced(now, q)
@@ -147,7 +156,11 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	eng := c.predictedEngineTTFT(now)
-	if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
+	if c.operatorBound(t) {
+		if now.Sub(q.Arrival)+wait <= c.cfg.MaxQueueWait {
+			return Verdict{OK: true, Cap: c.cap}
+		}
+	} else if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	if c.raiseForBurst(now) {
@@ -167,10 +180,17 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 	}
 	eng := c.predictedEngineTTFT(now)
 	wait := max(eng-q.PrefillAge, 0)
-	if now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
+	if c.operatorBound(t) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
+}
+
+// operatorBound reports whether the operator's queue bound, longer than
+// the TTFT target t, decides how long a request may queue (see Admit). A
+// paced request waits at most a prefill, far below any such bound.
+func (c *Controller) operatorBound(t slo.Targets) bool {
+	return c.cfg.MaxQueueWait > 0 && c.cfg.MaxQueueWait > t.TTFT
 }
 
 // PrefillLimit is how many requests may wait for their first token at once

@@ -63,7 +63,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Warmup, "warmup", 10*time.Second, "load before each level's window, not counted")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "hard bound on the whole run (default: 2 x the planned time + 1m, or 30m with --requests)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 0, "bound on one request (default none)")
-	fs.StringVar(&f.inputLen, "input-len", "1000", "prompt words (1 token per word on the simulator): N, N:ratio, A-B, normal:N,ratio, exp:N")
+	fs.StringVar(&f.inputLen, "input-len", "1000", "prompt words (1 token per word on the simulator): N, N:ratio, A-B, normal:N,ratio, exp:N, lognormal:N,sigma")
 	fs.StringVar(&f.outputLen, "output-len", "120", "output tokens (max_tokens): same forms as --input-len")
 	fs.StringVar(&f.prompts, "prompts", "", "JSONL file of prompts ({\"prompt\": ..., \"max_tokens\": N}) instead of synthetic ones")
 	fs.BoolVar(&c.IgnoreEOS, "ignore-eos", true, "send ignore_eos so that the engine generates exactly max_tokens")
