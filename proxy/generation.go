@@ -77,7 +77,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 			ticket.Served(x.rec.PromptTokens, x.rec.OutputTokens*max(x.rec.Choices, 1))
 			ticket.Release()
 		}()
-		if ticket != nil {     // an Admitter may grant without tracking
+		if ticket != nil { // an Admitter may grant without tracking
 			x.rec.QueueWait = ticket.QueueWait()
 		}
 		if !req.Stream {
