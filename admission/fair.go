@@ -3,6 +3,7 @@ package admission
 import (
 	"container/list"
 	"slices"
+	"time"
 )
 
 // ClassConfig is one priority class of the limiter's queue. The order of
@@ -141,6 +142,17 @@ func (q *fairQueue) flowFor(class int, tenant string) *flow {
 	return f
 }
 
+// waitingAtOrAbove counts the waiters of class c and the classes above it:
+// a request of class c may skip the queue only when it is 0 (a lower
+// class may wait on slots held back for higher ones, see reserveLocked).
+func (q *fairQueue) waitingAtOrAbove(c int) int {
+	n := 0
+	for i := 0; i <= q.classOf(c); i++ {
+		n += q.classes[i].n
+	}
+	return n
+}
+
 // full reports whether a request of class c finds no room: the whole
 // queue or its class's share is taken.
 func (q *fairQueue) full(c int) bool {
@@ -182,8 +194,10 @@ func (q *fairQueue) remove(w *waiter) {
 }
 
 // next returns the waiter the next slot goes to: the highest class with
-// waiters, its flow with the smallest counter (ties: the oldest head), the
-// flow's oldest waiter. nil when nobody waits.
+// waiters, its flow with the smallest counter (ties: the flow with fewer
+// requests running, then the oldest head; a flow that just started
+// waiting was lifted to the smallest counter and so goes first unless it
+// runs more), the flow's oldest waiter. nil when nobody waits.
 func (q *fairQueue) next() *waiter {
 	for i := range q.classes {
 		if w := q.classes[i].next(); w != nil {
@@ -194,15 +208,36 @@ func (q *fairQueue) next() *waiter {
 }
 
 func (cq *classQueue) next() *waiter {
-	var best *waiter
-	var bestVTC float64
+	var best *flow
 	for _, f := range cq.active {
-		w := f.waiters.Front().Value.(*waiter)
-		if best == nil || f.vtc < bestVTC || (f.vtc == bestVTC && w.enqueued.Before(best.enqueued)) {
-			best, bestVTC = w, f.vtc
+		if best == nil || before(f, f.vtc, best, best.vtc) {
+			best = f
 		}
 	}
-	return best
+	if best == nil {
+		return nil
+	}
+	return best.waiters.Front().Value.(*waiter)
+}
+
+// before reports whether flow a, at counter va, is served before flow b
+// at counter vb (see next). A flow without waiters counts as one that
+// would arrive now.
+func before(a *flow, va float64, b *flow, vb float64) bool {
+	if va != vb {
+		return va < vb
+	}
+	if a.running != b.running {
+		return a.running < b.running
+	}
+	return head(a).Before(head(b))
+}
+
+func head(f *flow) time.Time {
+	if f.waiters.Len() == 0 {
+		return time.Now()
+	}
+	return f.waiters.Front().Value.(*waiter).enqueued
 }
 
 // charge counts a grant to w's flow: the flow's mean request cost (its
@@ -275,20 +310,35 @@ func (cq *classQueue) newestOfLongest() *waiter {
 }
 
 // position estimates the 1-based place a new request of flow f would take
-// in the order of grants: every waiter of a higher class, and in its own
-// class one grant per waiting flow for each of f's waiters ahead of it and
-// itself (fair shares take turns), at most the class's waiters plus one.
+// in the order of grants: every waiter of a higher class; in its own
+// class, the flows served before f's next turn (at the counter it would
+// have once waiting, see push), then one grant per waiting flow for each
+// of f's waiters ahead of it (fair shares take turns); at most the
+// class's waiters plus one.
 func (q *fairQueue) position(f *flow) int {
 	p := 0
 	for c := 0; c < f.key.class; c++ {
 		p += q.classes[c].n
 	}
 	cq := &q.classes[f.key.class]
-	turns := len(cq.active)
+	v := f.vtc
+	if f.waiters.Len() == 0 && len(cq.active) > 0 {
+		low := cq.active[0].vtc
+		for _, a := range cq.active[1:] {
+			low = min(low, a.vtc)
+		}
+		v = max(v, low)
+	}
+	ahead, turns := 0, len(cq.active)
+	for _, a := range cq.active {
+		if a != f && before(a, a.vtc, f, v) {
+			ahead++
+		}
+	}
 	if f.waiters.Len() == 0 {
 		turns++
 	}
-	return p + min(cq.n+1, (f.waiters.Len()+1)*turns)
+	return p + min(cq.n+1, 1+ahead+f.waiters.Len()*turns)
 }
 
 // ClassStats is a snapshot of one class of the queue.

@@ -200,3 +200,52 @@ func TestTenantStateIsBounded(t *testing.T) {
 		t.Fatalf("%d tenants tracked, want at most 8", n)
 	}
 }
+
+// A refused request of a higher class keeps a slot from the classes below
+// it until it comes back (its Retry-After): the slot is there for it, not
+// held by a batch request for a whole generation. A reservation nobody
+// comes back for ends by itself.
+func TestRefusalReservesASlotForTheReturn(t *testing.T) {
+	for _, comesBack := range []bool{true, false} {
+		t.Run(fmt.Sprint("comes back ", comesBack), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := NewLimiter(Config{Limit: 1, MaxQueue: 4, Classes: []ClassConfig{{Name: "hi"}, {Name: "lo"}}})
+				held, _ := l.Acquire(t.Context(), Request{Class: 1})
+				time.Sleep(2 * time.Second) // a measured hold: Retry-After about 2s
+				_, err := l.Acquire(t.Context(), Request{Class: 0, MaxWait: 100 * time.Millisecond})
+				re := AsReject(err)
+				if re == nil || re.RetryAfter <= 0 {
+					t.Fatalf("hi: %v, want a refusal with a Retry-After", err)
+				}
+				held.Release()
+				lo := acquireAsync(t.Context(), l, Request{Class: 1})
+				synctest.Wait()
+				select {
+				case r := <-lo:
+					t.Fatalf("lo took the slot reserved for hi's return: %v", r.err)
+				default:
+				}
+				if comesBack {
+					time.Sleep(re.RetryAfter)
+					hi, err := l.Acquire(t.Context(), Request{Class: 0})
+					if err != nil {
+						t.Fatalf("hi back after its Retry-After: %v", err)
+					}
+					hi.Release()
+				} else {
+					time.Sleep(re.RetryAfter + 2*time.Second) // the reservation ends: lo's turn, with no other event
+				}
+				synctest.Wait()
+				select {
+				case r := <-lo:
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					r.t.Release()
+				default:
+					t.Fatal("lo was not granted the slot once the reservation ended")
+				}
+			})
+		})
+	}
+}

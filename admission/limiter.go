@@ -54,6 +54,12 @@ type Limiter struct {
 	prefillBound time.Duration
 	prefilling   []*Ticket
 	paceTimer    *time.Timer
+
+	// Slots held back from lower classes for refused requests of higher
+	// ones until they return (reserve.go), and the timer that wakes the
+	// queue when the first of them ends.
+	reserved     []reservation
+	reserveTimer *time.Timer
 }
 
 // waiter is one queued request. ready is closed when it was granted a slot
@@ -120,7 +126,9 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			if ra <= 0 {
 				ra = l.retryAfter(hooks, req, st)
 			}
-			return nil, &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
+			re := &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
+			l.noteRefusal(re, req)
+			return nil, re
 		}
 	}
 
@@ -138,7 +146,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	w.flow = l.queue.flowFor(req.Class, req.Tenant)
 	l.enqueueLocked(time.Now(), w)
-	l.armPaceLocked(time.Now())
+	l.wakeLocked(time.Now())
 	l.mu.Unlock()
 
 	var timeout <-chan time.Time
@@ -167,7 +175,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		l.mu.Lock()
 		first := l.queue.next() == w
 		pos := l.queue.position(w.flow) - 1 // it counts itself twice
-		if first && l.runningLocked() < l.limit && !l.draining && l.leaveLocked(w) {
+		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow.key.class) < l.limit && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one running, it does not refuse.
 			w.ticket = l.grantLocked(time.Now(), w.enqueued, w.flow)
@@ -209,7 +217,9 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
 	}
 	f := l.queue.flowFor(req.Class, req.Tenant)
-	if l.queue.n == 0 && l.mayGrantLocked(now) {
+	if l.queue.waitingAtOrAbove(f.key.class) == 0 && l.mayGrantClassLocked(now, f.key.class) {
+		// Maybe a refused request come back: its reservation ends.
+		l.consumeLocked(f.key.class)
 		return l.grantLocked(now, start, f), nil, State{}, false
 	}
 	st = l.stateLocked(now, l.queue.position(f))
@@ -232,8 +242,12 @@ func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
 }
 
 // reject builds a rejection; call it without the lock held.
+// A refused request of a higher class has a slot reserved for its return
+// (see reserveLocked).
 func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
-	return &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
+	re := &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
+	l.noteRefusal(re, req)
+	return re
 }
 
 // retryAfter asks the hook, then the built-in estimate, then falls back to
@@ -316,11 +330,15 @@ func (l *Limiter) endPrefillLocked(t *Ticket) bool {
 func (l *Limiter) wakeLocked(now time.Time) {
 	for l.queue.n > 0 && l.mayGrantLocked(now) {
 		w := l.queue.next()
+		if !l.mayGrantClassLocked(now, w.flow.key.class) {
+			break // the free slots are held back for a higher class
+		}
 		l.queue.remove(w)
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow)
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
+	l.armReserveLocked(now)
 }
 
 // armPaceLocked arms the pace timer when requests wait only because of
@@ -423,9 +441,11 @@ func (l *Limiter) Drain() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.draining = true
-	if l.paceTimer != nil {
-		l.paceTimer.Stop()
-		l.paceTimer = nil
+	for _, t := range []**time.Timer{&l.paceTimer, &l.reserveTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
 	}
 	pos := 0
 	for l.queue.n > 0 {
@@ -461,60 +481,3 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 	}
 	return st
 }
-
-// Ticket is a granted slot. Release it exactly once, when the work it
-// admitted has ended (for a stream: when the stream ends, not when headers
-// arrive); further calls do nothing.
-type Ticket struct {
-	l          *Limiter
-	granted    time.Time
-	queueWait  time.Duration
-	released   atomic.Bool
-	first      atomic.Bool
-	prefilling bool // guarded by l.mu: counted in l.prefilling
-
-	flow           *flow   // the tenant's flow; guarded by l.mu
-	charged        float64 // what the grant charged the flow; guarded by l.mu
-	prompt, output atomic.Int64
-}
-
-// Served records the tokens the request was served (prompt and output,
-// from the engine's usage report), to be charged to its tenant's fair
-// share when the ticket is released: call it before Release. A ticket
-// released without it keeps the estimate charged at its grant.
-func (t *Ticket) Served(prompt, output int) {
-	if t != nil {
-		t.prompt.Store(int64(prompt))
-		t.output.Store(int64(output))
-	}
-}
-
-// FirstToken tells the limiter that the request's first output arrived:
-// its prefill is over, and under pacing (SetPacing) the next request may
-// start. Only the first call counts; a request that cannot be observed
-// (not streamed) should call it when it is granted.
-func (t *Ticket) FirstToken() {
-	if t != nil && t.first.CompareAndSwap(false, true) {
-		t.l.firstToken(t)
-	}
-}
-
-// Release returns the slot. It is safe to call more than once and from a
-// defer; only the first call counts.
-func (t *Ticket) Release() {
-	if t != nil && t.released.CompareAndSwap(false, true) {
-		t.l.release(t, true)
-	}
-}
-
-func (t *Ticket) releaseUnmeasured() {
-	if t.released.CompareAndSwap(false, true) {
-		t.l.release(t, false)
-	}
-}
-
-// Granted returns when the slot was granted.
-func (t *Ticket) Granted() time.Time { return t.granted }
-
-// QueueWait returns how long the request waited for the slot.
-func (t *Ticket) QueueWait() time.Duration { return t.queueWait }

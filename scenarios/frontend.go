@@ -31,7 +31,7 @@ type frontend struct {
 // differs from the adaptive run only in how the cap is chosen; a peer
 // drives the same limiter with its own algorithm and no deadline check.
 func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
-	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host}
+	environ := append([]string{"KNEECAP_UPSTREAM=http://" + engine.host}, r.Env...)
 	if r.Mode.Kind == "static" {
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
 	}

@@ -42,6 +42,9 @@ type Row struct {
 type Check struct {
 	What string `json:"what"`
 	OK   bool   `json:"ok"`
+	// Reported is set on a threshold that is printed but not enforced,
+	// with the reason (see mixRow).
+	Reported string `json:"reported,omitempty"`
 }
 
 // Rows computes the table.
@@ -157,14 +160,23 @@ func WriteTable(w io.Writer, s *Suite) error {
 			fmt.Fprintf(w, "%s  %s: %s\n", v, r.Scenario, c.What)
 		}
 	}
+	writeMixTable(w, s.MixRows())
 	return nil
 }
 
-// WriteJSON writes the rows as a JSON list.
+// WriteJSON writes the rows as a JSON list, the mixes' rows (with their
+// own fields) after the others.
 func WriteJSON(w io.Writer, s *Suite) error {
+	var rows []any
+	for _, r := range s.Rows() {
+		rows = append(rows, r)
+	}
+	for _, r := range s.MixRows() {
+		rows = append(rows, r)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(s.Rows())
+	return enc.Encode(rows)
 }
 
 func capsString(caps []int) string {

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // CapPoint is the cap from At (time since the run started) on.
@@ -35,6 +37,37 @@ type RunResult struct {
 	Converge, Reconverge time.Duration
 	// Wall is the real time the run took (measured outside its bubble).
 	Wall time.Duration `json:"wall"`
+	// Classes splits the window's counts by the bench's Request.Class
+	// (see mix.go).
+	Classes map[string]ClassResult `json:"classes,omitempty"`
+}
+
+// ClassResult is one class of requests of a run, over the window.
+type ClassResult struct {
+	Completed, Good, Rejected int
+	// Goodput and CompletedPerSecond are per second of the window.
+	Goodput, CompletedPerSecond float64
+}
+
+// countClass counts rec to its class; window is the window's length.
+func (r *RunResult) countClass(rec bench.Record, window time.Duration) {
+	if r.Classes == nil {
+		r.Classes = map[string]ClassResult{}
+	}
+	c := r.Classes[rec.Class]
+	switch {
+	case rec.Outcome == bench.Completed:
+		c.Completed++
+		if rec.Good {
+			c.Good++
+		}
+	case rec.Outcome == bench.Rejected:
+		c.Rejected++
+	}
+	if s := window.Seconds(); s > 0 {
+		c.Goodput, c.CompletedPerSecond = float64(c.Good)/s, float64(c.Completed)/s
+	}
+	r.Classes[rec.Class] = c
 }
 
 // band is the tolerance around a final cap within which it counts as
