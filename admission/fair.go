@@ -341,6 +341,28 @@ func (q *fairQueue) position(f *flow) int {
 	return p + min(cq.n+1, 1+ahead+f.waiters.Len()*turns)
 }
 
+// positionOf estimates the 1-based place of a queued waiter in the order
+// of grants: the waiters of higher classes, its place in its flow, and as
+// many of each other waiting flow of its class (fair shares take turns).
+// With one class and one tenant it is the waiter's place in the FIFO.
+func (q *fairQueue) positionOf(w *waiter) int {
+	f := w.flow
+	p := 0
+	for c := 0; c < f.key.class; c++ {
+		p += q.classes[c].n
+	}
+	idx := 1
+	for e := f.waiters.Front(); e != nil && e != w.elem; e = e.Next() {
+		idx++
+	}
+	for _, a := range q.classes[f.key.class].active {
+		if a != f {
+			p += min(a.waiters.Len(), idx)
+		}
+	}
+	return p + idx
+}
+
 // ClassStats is a snapshot of one class of the queue.
 type ClassStats struct {
 	Name    string

@@ -174,7 +174,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	case <-timeout:
 		l.mu.Lock()
 		first := l.queue.next() == w
-		pos := l.queue.position(w.flow) - 1 // it counts itself twice
+		pos := l.queue.positionOf(w)
 		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow.key.class) < l.limit && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one running, it does not refuse.
