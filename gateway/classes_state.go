@@ -35,10 +35,21 @@ func classesStatus(lim *admission.Limiter, topN int) ([]ClassStatus, []TenantSta
 		cs = append(cs, ClassStatus{Name: c.Name, Running: c.Running, Queued: c.Queued, Granted: c.Granted, Shed: c.Shed})
 	}
 	var ts []TenantStatus
-	for _, t := range lim.Tenants(topN) {
+	for _, t := range tenants(lim, topN) {
 		ts = append(ts, TenantStatus{Class: t.Class, Tenant: t.Tenant, Running: t.Running, Queued: t.Queued, Granted: t.Granted, ServedTokens: control.Float(t.Served)})
 	}
 	return cs, ts
+}
+
+// tenants is lim.Tenants(topN) ending with the row "other" always (zero
+// when every tenant has a row of its own), so that its series exist from
+// the start.
+func tenants(lim *admission.Limiter, topN int) []admission.TenantStats {
+	ts := lim.Tenants(topN)
+	if n := len(ts); n == 0 || ts[n-1].Tenant != "other" || ts[n-1].Class != "" {
+		ts = append(ts, admission.TenantStats{Tenant: "other"})
+	}
+	return ts
 }
 
 // classCollector exports the limiter's classes and its most served
@@ -86,7 +97,7 @@ func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
 		metric(c.granted, prometheus.CounterValue, float64(k.Granted), k.Name)
 		metric(c.shed, prometheus.CounterValue, float64(k.Shed), k.Name)
 	}
-	for _, t := range c.lim.Tenants(c.topN) {
+	for _, t := range tenants(c.lim, c.topN) {
 		metric(c.tRunning, prometheus.GaugeValue, float64(t.Running), t.Class, t.Tenant)
 		metric(c.tQueued, prometheus.GaugeValue, float64(t.Queued), t.Class, t.Tenant)
 		metric(c.tServed, prometheus.GaugeValue, t.Served, t.Class, t.Tenant)
@@ -99,11 +110,16 @@ type classRequests struct{ v *prometheus.CounterVec }
 
 var _ proxy.Observer = classRequests{}
 
-func newClassRequests(reg prometheus.Registerer) classRequests {
+// newClassRequests registers the counter, with the good requests of each
+// class at zero from the start.
+func newClassRequests(reg prometheus.Registerer, classes []admission.ClassConfig) classRequests {
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "kneecap_class_requests_total",
 		Help: "Generation requests by priority class and outcome (as kneecap_requests_total).",
 	}, []string{"class", "outcome"})
+	for _, c := range classes {
+		v.WithLabelValues(c.Name, slo.Good.String())
+	}
 	reg.MustRegister(v)
 	return classRequests{v}
 }

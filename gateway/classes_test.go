@@ -111,7 +111,7 @@ func TestClassesTenantsAndTheKeyNeverShown(t *testing.T) {
 	if len(st.Classes) != 2 || st.Classes[0].Name != "chat" || st.Classes[0].Granted != 2 || st.Classes[1].Granted != 1 {
 		t.Errorf("/status classes %+v", st.Classes)
 	}
-	if len(st.Tenants) != 2 || st.Tenants[0].Tenant != tenant {
+	if len(st.Tenants) != 3 || st.Tenants[0].Tenant != tenant || st.Tenants[2].Tenant != "other" {
 		t.Errorf("/status tenants %+v", st.Tenants)
 	}
 	for _, series := range []string{

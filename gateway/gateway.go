@@ -177,7 +177,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
 	m := newMetrics(g.registry)
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
-	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry)}
+	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
 	if err != nil {
