@@ -30,8 +30,8 @@ const holdWeight = 1.0 / 8
 // Limiter caps the number of slots held at once and queues the excess:
 // by strict priority across classes, by fair share of tokens served among
 // the tenants of a class (see Fairness), FIFO within a tenant. With one
-// class and one tenant the queue is FIFO. It is safe for concurrent use; the zero value is not usable,
-// call NewLimiter.
+// class and one tenant the queue is FIFO. It is safe for concurrent use;
+// the zero value is not usable, call NewLimiter.
 type Limiter struct {
 	maxQueue int
 	origin   time.Time // base of grantSum
@@ -97,12 +97,14 @@ func (l *Limiter) SetHooks(h Hooks) {
 
 // Acquire asks for a slot. It returns a Ticket that must be released
 // exactly once when the work ends, or an error: a *RejectError (wrapping
-// ErrQueueFull, ErrQueueTimeout, ErrDeadline or ErrDraining) or ctx.Err().
+// ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining or ErrShed) or
+// ctx.Err().
 //
 // A request that cannot run at once waits (see Limiter for the order), at
 // most until its queue-wait bound. When the queue has no room it may
 // displace a waiter of a lower class, or of a tenant of its class with
-// more waiters than its own; that waiter is refused with ErrShed. If ctx ends while it waits, it leaves the queue at once;
+// more waiters than its own; that waiter is refused with ErrShed. If ctx
+// ends while it waits, it leaves the queue at once;
 // if a slot was granted in the same instant, that slot is handed on and
 // Acquire still returns ctx.Err(), leaving the state as if the request had
 // never come.
@@ -218,7 +220,7 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 	}
 	f := l.queue.flowFor(req.Class, req.Tenant)
 	if l.queue.waitingAtOrAbove(f.key.class) == 0 && l.mayGrantClassLocked(now, f.key.class) {
-		// Maybe a refused request come back: its reservation ends.
+		// Perhaps a refused request come back: its reservation ends.
 		l.consumeLocked(f.key.class)
 		return l.grantLocked(now, start, f), nil, State{}, false
 	}
