@@ -8,7 +8,7 @@
 // # Overview
 //
 //   - limiter.go: [Limiter], a resizable cap on slots held at once with a
-//     bounded FIFO queue and a queue-wait bound. [Limiter.Acquire] returns
+//     bounded queue and a queue-wait bound. [Limiter.Acquire] returns
 //     a [Ticket] that is released exactly once when the stream ends.
 //     [Limiter.SetLimit] changes the cap at run time; [Limiter.Drain]
 //     rejects the queue and every later request during shutdown.
@@ -16,6 +16,17 @@
 //     fewer than k granted requests wait for their first token
 //     ([Ticket.FirstToken], which the proxy calls), each for at most a
 //     bound.
+//   - fair.go: the queue's order. [ClassConfig] are priority classes
+//     (Request.Class, strict priority at every grant, each with a share of
+//     the queue); within a class, tenants (Request.Tenant) take slots by
+//     fair share of tokens served ([Fairness]: the Virtual Token Counter of
+//     Sheng et al., OSDI 2024; [Ticket.Served] tells the tokens, charged at
+//     release), FIFO within a tenant. A full queue sheds the newest waiter
+//     of a lower class, or of the tenant with the most waiters, for a
+//     request that ranks above it (ErrShed). [Limiter.Classes] and
+//     [Limiter.Tenants] (the top N by tokens served, the rest as "other")
+//     are snapshots for metrics and /status. With one class and one
+//     tenant the queue is FIFO, as before classes existed.
 //   - limiter_hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time, latency targets, queue-wait bound), [State], and the
 //     optional [Hooks]: [Gate] (refuse a request at once instead of
@@ -32,7 +43,9 @@
 //
 // # Concurrency model
 //
-// A Limiter is safe for concurrent use. One mutex guards the cap, the queue,
+// A Limiter is safe for concurrent use. One mutex guards the cap, the queue
+// (its classes, tenant flows and their counters, bounded to
+// Fairness.MaxTenants by forgetting the least recently seen idle one),
 // the hold-time mean and the tickets still prefilling (with the pace
 // timer), and every change of the count of held slots; that count is one
 // atomic counter, so the proxy can read it per chunk without the lock

@@ -17,14 +17,21 @@ type Config struct {
 	MaxQueue int
 	// Hooks are the optional Gate and Refuser; see SetHooks.
 	Hooks Hooks
+	// Classes are the priority classes, highest first (Request.Class is an
+	// index into them). nil means one class, "default".
+	Classes []ClassConfig
+	// Fairness shares each class's slots among tenants (Request.Tenant).
+	Fairness Fairness
 }
 
 // holdWeight is the weight of the newest release in MeanHold.
 const holdWeight = 1.0 / 8
 
-// Limiter caps the number of slots held at once and queues the excess in
-// FIFO order. It is safe for concurrent use; the zero value is not usable,
-// call NewLimiter.
+// Limiter caps the number of slots held at once and queues the excess:
+// by strict priority across classes, by fair share of tokens served among
+// the tenants of a class (see Fairness), FIFO within a tenant. With one
+// class and one tenant the queue is FIFO. It is safe for concurrent use;
+// the zero value is not usable, call NewLimiter.
 type Limiter struct {
 	maxQueue int
 	origin   time.Time // base of grantSum
@@ -33,7 +40,7 @@ type Limiter struct {
 
 	mu       sync.Mutex
 	limit    int
-	queue    list.List // of *waiter, front = oldest
+	queue    *fairQueue
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -47,11 +54,19 @@ type Limiter struct {
 	prefillBound time.Duration
 	prefilling   []*Ticket
 	paceTimer    *time.Timer
+
+	// Slots held back from lower classes for refused requests of higher
+	// ones until they return (reserve.go), and the timer that wakes the
+	// queue when the first of them ends.
+	reserved     []reservation
+	reserveTimer *time.Timer
 }
 
 // waiter is one queued request. ready is closed when it was granted a slot
 // (ticket set) or rejected (err set), always under the limiter's lock.
 type waiter struct {
+	flow     *flow         // the tenant's flow in its class
+	elem     *list.Element // in flow.waiters while queued
 	enqueued time.Time
 	ready    chan struct{}
 	ticket   *Ticket
@@ -66,8 +81,8 @@ func NewLimiter(cfg Config) *Limiter {
 		origin:   time.Now(),
 		limit:    max(cfg.Limit, 1),
 		hooks:    cfg.Hooks,
+		queue:    newFairQueue(cfg.Classes, max(cfg.MaxQueue, 0), cfg.Fairness),
 	}
-	l.queue.Init()
 	return l
 }
 
@@ -82,10 +97,14 @@ func (l *Limiter) SetHooks(h Hooks) {
 
 // Acquire asks for a slot. It returns a Ticket that must be released
 // exactly once when the work ends, or an error: a *RejectError (wrapping
-// ErrQueueFull, ErrQueueTimeout, ErrDeadline or ErrDraining) or ctx.Err().
+// ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining or ErrShed) or
+// ctx.Err().
 //
-// A request that cannot run at once waits in FIFO order, at most until its
-// queue-wait bound. If ctx ends while it waits, it leaves the queue at once;
+// A request that cannot run at once waits (see Limiter for the order), at
+// most until its queue-wait bound. When the queue has no room it may
+// displace a waiter of a lower class, or of a tenant of its class with
+// more waiters than its own; that waiter is refused with ErrShed. If ctx
+// ends while it waits, it leaves the queue at once;
 // if a slot was granted in the same instant, that slot is handed on and
 // Acquire still returns ctx.Err(), leaving the state as if the request had
 // never come.
@@ -95,11 +114,8 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	start := time.Now()
 	l.mu.Lock()
-	t, cause, st, queue := l.tryLocked(start, start)
+	t, cause, st, queue := l.tryLocked(start, start, req)
 	hooks := l.hooks
-	if queue {
-		st = l.stateLocked(start, l.queue.Len()+1)
-	}
 	l.mu.Unlock()
 	switch {
 	case cause != nil:
@@ -112,14 +128,16 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			if ra <= 0 {
 				ra = l.retryAfter(hooks, req, st)
 			}
-			return nil, &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
+			re := &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
+			l.noteRefusal(re, req)
+			return nil, re
 		}
 	}
 
 	w := &waiter{enqueued: start, ready: make(chan struct{})}
 	l.mu.Lock()
 	// The state may have moved while the gate thought: check again.
-	t, cause, st, queue = l.tryLocked(time.Now(), start)
+	t, cause, st, queue = l.tryLocked(time.Now(), start, req)
 	hooks = l.hooks
 	if !queue {
 		l.mu.Unlock()
@@ -128,8 +146,9 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		}
 		return t, nil
 	}
-	elem := l.queue.PushBack(w)
-	l.armPaceLocked(time.Now())
+	w.flow = l.queue.flowFor(req.Class, req.Tenant)
+	l.enqueueLocked(time.Now(), w)
+	l.wakeLocked(time.Now())
 	l.mu.Unlock()
 
 	var timeout <-chan time.Time
@@ -144,7 +163,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return l.woken(w, req)
 	case <-ctx.Done():
 		l.mu.Lock()
-		if l.leaveLocked(w, elem) {
+		if l.leaveLocked(w) {
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -156,15 +175,16 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
-		pos := l.positionLocked(elem)
-		if pos == 1 && l.runningLocked() < l.limit && !l.draining && l.leaveLocked(w, elem) {
+		first := l.queue.next() == w
+		pos := l.queue.positionOf(w)
+		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow.key.class) < l.limit && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one running, it does not refuse.
-			w.ticket = l.grantLocked(time.Now(), w.enqueued)
+			w.ticket = l.grantLocked(time.Now(), w.enqueued, w.flow)
 			l.mu.Unlock()
 			return w.ticket, nil
 		}
-		if l.leaveLocked(w, elem) {
+		if l.leaveLocked(w) {
 			st := l.stateLocked(time.Now(), pos)
 			hooks := l.hooks
 			l.mu.Unlock()
@@ -191,21 +211,45 @@ func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 // tryLocked grants a slot at once, refuses (cause set, with the state to
 // explain it), or says the request must queue. It never calls a hook:
 // hooks run without the lock (see reject).
-func (l *Limiter) tryLocked(now, start time.Time) (t *Ticket, cause error, st State, queue bool) {
-	switch {
-	case l.draining:
-		return nil, ErrDraining, l.stateLocked(now, l.queue.Len()+1), false
-	case l.queue.Len() == 0 && l.mayGrantLocked(now):
-		return l.grantLocked(now, start), nil, State{}, false
-	case l.queue.Len() >= l.maxQueue:
-		return nil, ErrQueueFull, l.stateLocked(now, l.queue.Len()+1), false
+//
+// When it must queue, st is the state with the place the request would
+// take.
+func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause error, st State, queue bool) {
+	if l.draining {
+		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
 	}
-	return nil, nil, State{}, true
+	f := l.queue.flowFor(req.Class, req.Tenant)
+	if l.queue.waitingAtOrAbove(f.key.class) == 0 && l.mayGrantClassLocked(now, f.key.class) {
+		// Perhaps a refused request come back: its reservation ends.
+		l.consumeLocked(f.key.class)
+		return l.grantLocked(now, start, f), nil, State{}, false
+	}
+	st = l.stateLocked(now, l.queue.position(f))
+	if _, ok := l.queue.room(f); !ok {
+		return nil, ErrQueueFull, st, false
+	}
+	return nil, nil, st, true
+}
+
+// enqueueLocked queues w, displacing the waiter the queue's room rule
+// names (refused with ErrShed) when the queue has no room for w.
+func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
+	if v, _ := l.queue.room(w.flow); v != nil {
+		l.queue.remove(v)
+		l.queue.classes[v.flow.key.class].shed++
+		v.err, v.state = ErrShed, l.stateLocked(now, l.queue.position(v.flow))
+		close(v.ready)
+	}
+	l.queue.push(w)
 }
 
 // reject builds a rejection; call it without the lock held.
+// A refused request of a higher class has a slot reserved for its return
+// (see reserveLocked).
 func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
-	return &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
+	re := &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
+	l.noteRefusal(re, req)
+	return re
 }
 
 // retryAfter asks the hook, then the built-in estimate, then falls back to
@@ -225,28 +269,21 @@ func (l *Limiter) retryAfter(h Hooks, req Request, s State) time.Duration {
 // leaveLocked removes a waiter that gave up. It returns false when the
 // waiter was already granted or rejected (ready closed), in which case the
 // caller owns w.ticket.
-func (l *Limiter) leaveLocked(w *waiter, elem *list.Element) bool {
+func (l *Limiter) leaveLocked(w *waiter) bool {
 	select {
 	case <-w.ready:
 		return false
 	default:
 	}
-	l.queue.Remove(elem)
+	l.queue.remove(w)
 	return true
 }
 
-func (l *Limiter) positionLocked(elem *list.Element) int {
-	p := 1
-	for e := l.queue.Front(); e != nil && e != elem; e = e.Next() {
-		p++
-	}
-	return p
-}
-
-func (l *Limiter) grantLocked(now, enqueued time.Time) *Ticket {
+func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued)}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f}
+	t.charged = l.queue.charge(f)
 	if l.maxPrefill > 0 {
 		t.prefilling = true
 		l.prefilling = append(l.prefilling, t)
@@ -289,22 +326,27 @@ func (l *Limiter) endPrefillLocked(t *Ticket) bool {
 	return true
 }
 
-// wakeLocked grants slots to waiters, oldest first, while any are free
-// and pacing allows. When waiters are held only by pacing, it arms the
+// wakeLocked grants slots to waiters, in the queue's order, while any are
+// free and pacing allows. When waiters are held only by pacing, it arms the
 // pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
-	for l.queue.Len() > 0 && l.mayGrantLocked(now) {
-		w := l.queue.Remove(l.queue.Front()).(*waiter)
-		w.ticket = l.grantLocked(now, w.enqueued)
+	for l.queue.n > 0 && l.mayGrantLocked(now) {
+		w := l.queue.next()
+		if !l.mayGrantClassLocked(now, w.flow.key.class) {
+			break // the free slots are held back for a higher class
+		}
+		l.queue.remove(w)
+		w.ticket = l.grantLocked(now, w.enqueued, w.flow)
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
+	l.armReserveLocked(now)
 }
 
 // armPaceLocked arms the pace timer when requests wait only because of
 // pacing, for the end of the oldest prefill's bound.
 func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.queue.Len() > 0 && l.runningLocked() < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
+	if l.queue.n > 0 && l.runningLocked() < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
 		d := l.prefilling[0].granted.Add(l.prefillBound).Sub(now)
 		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
 	}
@@ -355,6 +397,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
 	l.endPrefillLocked(t)
+	l.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
 	if measured {
 		hold := now.Sub(t.granted)
 		if l.meanHold == 0 {
@@ -400,14 +443,17 @@ func (l *Limiter) Drain() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.draining = true
-	if l.paceTimer != nil {
-		l.paceTimer.Stop()
-		l.paceTimer = nil
+	for _, t := range []**time.Timer{&l.paceTimer, &l.reserveTimer} {
+		if *t != nil {
+			(*t).Stop()
+			*t = nil
+		}
 	}
 	pos := 0
-	for l.queue.Len() > 0 {
+	for l.queue.n > 0 {
 		pos++
-		w := l.queue.Remove(l.queue.Front()).(*waiter)
+		w := l.queue.next()
+		l.queue.remove(w)
 		w.err, w.state = ErrDraining, l.stateLocked(now, pos)
 		close(w.ready)
 	}
@@ -429,7 +475,7 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
 	}
 	st := State{
-		Now: now, Limit: l.limit, Running: l.runningLocked(), Queued: l.queue.Len(),
+		Now: now, Limit: l.limit, Running: l.runningLocked(), Queued: l.queue.n,
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
 	if l.maxPrefill > 0 && l.livePrefillsLocked(now) > 0 {
@@ -437,45 +483,3 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 	}
 	return st
 }
-
-// Ticket is a granted slot. Release it exactly once, when the work it
-// admitted has ended (for a stream: when the stream ends, not when headers
-// arrive); further calls do nothing.
-type Ticket struct {
-	l          *Limiter
-	granted    time.Time
-	queueWait  time.Duration
-	released   atomic.Bool
-	first      atomic.Bool
-	prefilling bool // guarded by l.mu: counted in l.prefilling
-}
-
-// FirstToken tells the limiter that the request's first output arrived:
-// its prefill is over, and under pacing (SetPacing) the next request may
-// start. Only the first call counts; a request that cannot be observed
-// (not streamed) should call it when it is granted.
-func (t *Ticket) FirstToken() {
-	if t != nil && t.first.CompareAndSwap(false, true) {
-		t.l.firstToken(t)
-	}
-}
-
-// Release returns the slot. It is safe to call more than once and from a
-// defer; only the first call counts.
-func (t *Ticket) Release() {
-	if t != nil && t.released.CompareAndSwap(false, true) {
-		t.l.release(t, true)
-	}
-}
-
-func (t *Ticket) releaseUnmeasured() {
-	if t.released.CompareAndSwap(false, true) {
-		t.l.release(t, false)
-	}
-}
-
-// Granted returns when the slot was granted.
-func (t *Ticket) Granted() time.Time { return t.granted }
-
-// QueueWait returns how long the request waited for the slot.
-func (t *Ticket) QueueWait() time.Duration { return t.queueWait }

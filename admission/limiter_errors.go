@@ -20,12 +20,17 @@ var (
 	ErrDeadline = errors.New("predicted to miss its TTFT target")
 	// ErrDraining: the limiter is draining (the gateway is shutting down).
 	ErrDraining = errors.New("draining")
+	// ErrShed: the request waited in a full queue and gave its place to a
+	// request of a higher class, or of a tenant with fewer waiters in its
+	// class (it was sheddable). Evicted after queueing.
+	ErrShed = errors.New("shed for a request of higher priority or a tenant under its share")
 )
 
 // RejectError is a refusal to grant a slot: the cause (one of the
 // sentinels) and how long the client should wait before trying again.
 type RejectError struct {
-	// Err is one of ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining.
+	// Err is one of ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining,
+	// ErrShed.
 	Err error
 	// RetryAfter is the predicted time until a slot would be free for this
 	// request. It is a duration; rounding to whole seconds for the
@@ -42,7 +47,7 @@ func (e *RejectError) Error() string {
 func (e *RejectError) Unwrap() error { return e.Err }
 
 // Reason returns the cause as a short label: "queue_full",
-// "queue_timeout", "deadline" or "draining". These are the values of the
+// "queue_timeout", "deadline", "draining" or "shed". These are the values of the
 // X-Kneecap-Reason header, the error code in the body and the metric label.
 func (e *RejectError) Reason() string {
 	switch e.Err {
@@ -54,6 +59,8 @@ func (e *RejectError) Reason() string {
 		return "deadline"
 	case ErrDraining:
 		return "draining"
+	case ErrShed:
+		return "shed"
 	}
 	return "rejected"
 }

@@ -18,6 +18,13 @@ type Request struct {
 	// TTFT target). Zero means unbounded: it waits until it gets a slot or
 	// its context ends.
 	MaxWait time.Duration
+	// Class is the request's priority class: an index into
+	// Config.Classes, 0 the highest. Out of range means the lowest.
+	Class int
+	// Tenant names whose fair share the request counts to within its
+	// class (see Fairness); "" is one anonymous tenant. The limiter keeps
+	// it as given: the caller bounds its length and never passes a secret.
+	Tenant string
 }
 
 // State is a snapshot of the limiter, as hooks and rejections see it.

@@ -4,7 +4,8 @@ import "time"
 
 // Precheck tells, without taking anything and without calling a hook,
 // whether Acquire would refuse a request that came now for a reason the
-// limiter alone decides: draining, or a full queue with no slot free. It
+// limiter alone decides: draining, or a full queue with no slot free and
+// no waiter the request may displace. It
 // returns the *RejectError Acquire would return, or nil. A gateway calls it
 // with what the request's headers say, before reading its body, so that a
 // request refused anyway does not upload its body first.
@@ -19,9 +20,13 @@ func (l *Limiter) Precheck(req Request) *RejectError {
 	var st State
 	switch {
 	case l.draining:
-		cause, st = ErrDraining, l.stateLocked(now, l.queue.Len()+1)
-	case l.queue.Len() >= l.maxQueue && !(l.queue.Len() == 0 && l.mayGrantLocked(now)):
-		cause, st = ErrQueueFull, l.stateLocked(now, l.queue.Len()+1)
+		cause, st = ErrDraining, l.stateLocked(now, l.queue.n+1)
+	case l.queue.n == 0 && l.mayGrantLocked(now):
+	default:
+		f := l.queue.flowFor(req.Class, req.Tenant)
+		if _, ok := l.queue.room(f); !ok {
+			cause, st = ErrQueueFull, l.stateLocked(now, l.queue.position(f))
+		}
 	}
 	hooks := l.hooks
 	l.mu.Unlock()

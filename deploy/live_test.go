@@ -247,7 +247,7 @@ scrape_configs:
 
 // dashboardExpr fills in the dashboard's variables as "all" would.
 func dashboardExpr(expr string) string {
-	return strings.NewReplacer(`"$job"`, `".+"`, `"$instance"`, `".+"`, "$__rate_interval", "15s").Replace(expr)
+	return strings.NewReplacer(`"$job"`, `".+"`, `"$instance"`, `".+"`, `"$class"`, `".+"`, "$__rate_interval", "15s").Replace(expr)
 }
 
 func usesController(expr string) bool {

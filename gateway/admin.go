@@ -96,6 +96,11 @@ type Status struct {
 	DemandRatio control.Float `json:"demand_ratio"`
 	Targets     TargetsStatus `json:"targets"`
 	Window      WindowStatus  `json:"window"`
+	// Classes are the priority classes, highest first; Tenants the most
+	// served tenants (KNEECAP_TENANT_METRICS of them), the rest as
+	// "other".
+	Classes []ClassStatus  `json:"classes"`
+	Tenants []TenantStatus `json:"tenants"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
 }
@@ -163,6 +168,7 @@ func (g *Gateway) Status() Status {
 			ITL: quantilesStatus(ws.ITL), E2E: quantilesStatus(ws.E2E), QueueWait: quantilesStatus(ws.QueueWait),
 		},
 	}
+	s.Classes, s.Tenants = classesStatus(g.lim, g.cfg.TenantMetrics)
 	if g.status != nil {
 		s.Controller = g.status.Status()
 	}

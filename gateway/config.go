@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/url"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,6 +128,28 @@ type Config struct {
 	// a slot is granted only while fewer than k admitted requests wait for
 	// their first token (see admission.Limiter.SetPacing).
 	PrefillPacing bool `env:"PREFILL_PACING" envDefault:"true"`
+
+	// Classes are the priority classes, highest first (see ParseClasses);
+	// empty means one class with the operator's targets. DefaultClass
+	// takes requests that name no class or an unknown one (empty: the
+	// lowest class). ClassHeader names the class of a request.
+	Classes      string `env:"CLASSES"`
+	DefaultClass string `env:"DEFAULT_CLASS"`
+	ClassHeader  string `env:"CLASS_HEADER" envDefault:"x-kneecap-class"` // empty: none
+	// TenantHeader names a request's tenant; empty (or the header absent)
+	// means the hash of its API key (Authorization: Bearer). Tenants sets
+	// weights and default classes (see ParseTenants).
+	TenantHeader string `env:"TENANT_HEADER"`
+	Tenants      string `env:"TENANTS"`
+	// FairPromptWeight and FairOutputWeight price a token served in a
+	// tenant's fair share (both 0: 1 each); MaxTenants bounds the tenants
+	// tracked (0: admission.DefaultMaxTenants);
+	// TenantMetrics is how many tenants (the most served) get their own
+	// metric labels and /status entry, the rest "other".
+	FairPromptWeight float64 `env:"FAIR_PROMPT_WEIGHT" envDefault:"1"`
+	FairOutputWeight float64 `env:"FAIR_OUTPUT_WEIGHT" envDefault:"2"`
+	MaxTenants       int     `env:"MAX_TENANTS" envDefault:"4096"`
+	TenantMetrics    int     `env:"TENANT_METRICS" envDefault:"10"`
 
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`
@@ -350,7 +373,59 @@ func (c Config) Validate() error {
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("LogFormat", "must be text or json")
 	}
+	return c.validateClasses(bad)
+}
+
+// validateClasses checks the settings of classes and tenants.
+func (c Config) validateClasses(bad func(field, format string, args ...any) error) error {
+	classes, err := ParseClasses(c.Classes)
+	if err != nil {
+		return bad("Classes", "%v", err)
+	}
+	known := func(name string) bool {
+		if len(classes) == 0 {
+			return name == "default"
+		}
+		return slices.ContainsFunc(classes, func(s ClassSpec) bool { return s.Name == name })
+	}
+	tenants, err := ParseTenants(c.Tenants)
+	switch {
+	case c.DefaultClass != "" && !known(c.DefaultClass):
+		return bad("DefaultClass", "must name a class of KNEECAP_CLASSES")
+	case c.ClassHeader != "" && !validHeaderName(c.ClassHeader):
+		return bad("ClassHeader", "must be empty (no class header) or an HTTP header name")
+	case c.TenantHeader != "" && !validHeaderName(c.TenantHeader):
+		return bad("TenantHeader", "must be empty (the API key) or an HTTP header name")
+	case err != nil:
+		return bad("Tenants", "%v", err)
+	case !(c.FairPromptWeight >= 0 && c.FairPromptWeight <= 1000):
+		return bad("FairPromptWeight", "must be between 0 and 1000")
+	case !(c.FairOutputWeight >= 0 && c.FairOutputWeight <= 1000):
+		return bad("FairOutputWeight", "must be between 0 and 1000")
+	case c.MaxTenants < 0 || c.MaxTenants > 1<<20:
+		return bad("MaxTenants", "must be between 1 and 1048576 (0: 4096)")
+	case c.TenantMetrics < 0 || c.TenantMetrics > 1000:
+		return bad("TenantMetrics", "must be between 0 and 1000")
+	}
+	for _, t := range tenants {
+		if t.Class != "" && !known(t.Class) {
+			return bad("Tenants", "tenant %q: class %q is not in KNEECAP_CLASSES", t.Name, t.Class)
+		}
+	}
 	return nil
+}
+
+// validHeaderName reports whether s is an HTTP header name (a token).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 func validHeaderMode(s string) bool {

@@ -20,7 +20,8 @@ func TestConfigDefaults(t *testing.T) {
 		ClientIdleTimeout: 2 * time.Minute, MaxBodyBytesTotal: 256 << 20, SLOHeaders: "any",
 		SLOHeaderFloorTTFT: 100 * time.Millisecond, SLOHeaderFloorTPOT: 5 * time.Millisecond, SLOHeaderFloorE2E: 500 * time.Millisecond,
 		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", LogFormat: "text",
-		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true}
+		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true,
+		ClassHeader: "x-kneecap-class", FairPromptWeight: 1, FairOutputWeight: 2, MaxTenants: 4096, TenantMetrics: 10}
 	want.Upstream = c.Upstream
 	if !reflect.DeepEqual(c, want) || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {
 		t.Fatalf("got %+v\nwant %+v", c, want)
@@ -77,6 +78,16 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"huge client read timeout", []string{up, "KNEECAP_CLIENT_READ_TIMEOUT=25h"}, "KNEECAP_CLIENT_READ_TIMEOUT"},
 		{"huge client idle timeout", []string{up, "KNEECAP_CLIENT_IDLE_TIMEOUT=25h"}, "KNEECAP_CLIENT_IDLE_TIMEOUT"},
 		{"huge drain timeout", []string{up, "KNEECAP_DRAIN_TIMEOUT=25h"}, "KNEECAP_DRAIN_TIMEOUT"},
+		{"class with a bad key", []string{up, "KNEECAP_CLASSES=chat:ttft=1s,speed=9"}, "KNEECAP_CLASSES"},
+		{"class named twice", []string{up, "KNEECAP_CLASSES=chat;chat"}, "KNEECAP_CLASSES"},
+		{"class queue share past 1", []string{up, "KNEECAP_CLASSES=chat;batch:queue=2"}, "KNEECAP_CLASSES"},
+		{"class name with a space", []string{up, "KNEECAP_CLASSES=my chat"}, "KNEECAP_CLASSES"},
+		{"unknown default class", []string{up, "KNEECAP_CLASSES=chat;batch", "KNEECAP_DEFAULT_CLASS=bulk"}, "KNEECAP_DEFAULT_CLASS"},
+		{"tenant of an unknown class", []string{up, "KNEECAP_CLASSES=chat", "KNEECAP_TENANTS=a:class=batch"}, "KNEECAP_TENANTS"},
+		{"tenant weight zero", []string{up, "KNEECAP_TENANTS=a:weight=0"}, "KNEECAP_TENANTS"},
+		{"bad tenant header", []string{up, "KNEECAP_TENANT_HEADER=x tenant"}, "KNEECAP_TENANT_HEADER"},
+		{"negative token weight", []string{up, "KNEECAP_FAIR_OUTPUT_WEIGHT=-1"}, "KNEECAP_FAIR_OUTPUT_WEIGHT"},
+		{"huge tenant count", []string{up, "KNEECAP_MAX_TENANTS=2000000"}, "KNEECAP_MAX_TENANTS"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -31,6 +31,14 @@
 //     than a request's TTFT target wins over the deadline check). Its
 //     settings (SLOPercentile, MinCap, MaxCap, InitialCap, PrefillPacing)
 //     are read and checked with the rest of Config, once.
+//   - classes.go: priority classes and tenants from KNEECAP_CLASSES,
+//     KNEECAP_TENANTS and the header settings ([ParseClasses],
+//     [ParseTenants]); the proxy's Classifier, which names a request's
+//     class (header, tenant's class, default: never the highest by
+//     accident) and tenant (a bounded header, or [KeyTenant], the hash of
+//     the API key: the key itself is never kept). classes_state.go: the
+//     per-class and top-N-tenant metrics and /status rows, read from the
+//     limiter at scrape time, and the per-class request counter.
 //   - admin.go: the admin endpoints and the /status document ([Status];
 //     "adaptive" is true only when the cap moves at run time).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.

@@ -166,11 +166,18 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.transport = newTransport(cfg.UpstreamIdleTimeout)
 	}
 	targets := cfg.Targets()
-	g.lim = admission.NewLimiter(admission.Config{Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue})
+	classes := newClasses(cfg)
+	g.lim = admission.NewLimiter(admission.Config{
+		Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue, Classes: classes.limiterClasses(),
+		Fairness: admission.Fairness{
+			PromptWeight: cfg.FairPromptWeight, OutputWeight: cfg.FairOutputWeight,
+			Weight: classes.weight, MaxTenants: cfg.MaxTenants,
+		},
+	})
 	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
 	m := newMetrics(g.registry)
-	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets))
-	observers := proxy.Observers{windowObserver{g.win}, m}
+	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
+	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
 	if err != nil {
@@ -198,7 +205,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
-		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths,
+		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
 		Observer: observers, Logger: g.log,
 	})
 	if err != nil {

@@ -16,6 +16,12 @@
 //     rewritten to ask for the usage report when a streamed request did
 //     not, admitted, forwarded under the first-token or response timeout,
 //     relayed and judged (finish).
+//   - classify.go: [Class] and [Classifier], the hook that gives a request
+//     its priority class, tenant and class targets from its headers (the
+//     gateway's); what the limiter is asked (admission.Request) is built
+//     there for both admitted routes. A generation request tells its
+//     ticket the tokens it was served (Ticket.Served) before releasing it,
+//     for its tenant's fair share.
 //   - relay.go: the relays. A stream is read event by event with
 //     wire.EventReader; each event gets one wire.Inspect and is written as
 //     the engine sent it, except the usage-only chunk the gateway itself

@@ -141,7 +141,7 @@ func TestFailureTable(t *testing.T) {
 			t.Errorf("%v: answered by the row of %v", f.err, got.err)
 		}
 	}
-	for _, cause := range []error{admission.ErrQueueFull, admission.ErrQueueTimeout, admission.ErrDeadline, admission.ErrDraining, errors.New("other")} {
+	for _, cause := range []error{admission.ErrQueueFull, admission.ErrQueueTimeout, admission.ErrDeadline, admission.ErrDraining, admission.ErrShed, errors.New("other")} {
 		re := &admission.RejectError{Err: cause, RetryAfter: 1500 * time.Millisecond}
 		w := httptest.NewRecorder()
 		f, status := answer(w, re)

@@ -37,12 +37,11 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 
 	// What the headers decide comes before the body is read: a request
 	// refused anyway does not upload it first.
-	var err error
-	if x.rec.Targets, err = p.cfg.Headers.Apply(p.cfg.Targets, r.Header); err != nil {
-		x.abort(badHeader(err))
+	areq, err := p.admissionOf(r, &x.rec)
+	if err != nil {
+		x.abort(err)
 		return
 	}
-	areq := admission.Request{Arrival: x.rec.Arrival, Targets: x.rec.Targets, MaxWait: p.maxWait(x.rec.Targets)}
 	if !p.precheck(x, areq) {
 		return
 	}
@@ -74,8 +73,11 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 			x.abort(refused(err))
 			return
 		}
-		defer ticket.Release() // also on panic: the slot never leaks
-		if ticket != nil {     // an Admitter may grant without tracking
+		defer func() { // also on panic: the slot never leaks
+			ticket.Served(x.rec.PromptTokens, x.rec.OutputTokens*max(x.rec.Choices, 1))
+			ticket.Release()
+		}()
+		if ticket != nil { // an Admitter may grant without tracking
 			x.rec.QueueWait = ticket.QueueWait()
 		}
 		if !req.Stream {

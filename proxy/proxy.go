@@ -41,6 +41,10 @@ type Config struct {
 	// Targets are the operator's latency targets; requests may override
 	// them with x-slo-*-ms headers as Headers allows.
 	Targets slo.Targets
+	// Classify gives a request its priority class, tenant and class
+	// targets (see Class). nil means one class with the operator's
+	// targets, and one tenant.
+	Classify Classifier
 	// Headers bounds what a request's x-slo-*-ms headers may do to its
 	// targets. The zero value lets them tighten or loosen freely.
 	Headers slo.HeaderPolicy
@@ -232,12 +236,11 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 		p.servePassthrough(w, r)
 		return
 	}
-	targets, err := p.cfg.Headers.Apply(p.cfg.Targets, r.Header)
+	areq, err := p.admissionOf(r, &slo.Record{Arrival: time.Now()})
 	if err != nil {
-		answer(w, badHeader(err))
+		answer(w, err)
 		return
 	}
-	areq := admission.Request{Arrival: time.Now(), Targets: targets, MaxWait: p.maxWait(targets)}
 	if re := lim.Precheck(areq); re != nil {
 		answer(w, re)
 		return

@@ -26,8 +26,14 @@
 //   - result.go, report.go: goodput from the bench's records over the
 //     measured window (and its halves), convergence of a cap's trajectory,
 //     the table, the JSON rows with the issue's field names, and the
-//     threshold checks (an advisory one, a threshold not met yet, is
-//     printed and fails nothing).
+//     threshold checks (one marked Reported, a threshold not met yet, is
+//     printed with the reason and fails nothing).
+//   - mix.go, mix_report.go: the [Mix]es of issue 16, scenarios 14
+//     (priority-mix: chat and batch classes) and 15 (tenant-fairness), each
+//     run three ways with the adaptive gateway (classes configured; the
+//     Alone groups only; today's FIFO) and reported in rows with the
+//     issue's fields ([MixRow]), results split by the bench's
+//     Request.Class (RunResult.Classes). They sweep no caps.
 //   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
 //     suite (synctest needs a test): the full sweep checked against the
 //     issue's thresholds, or what its flags choose (scenarios, caps, seed,

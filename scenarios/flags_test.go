@@ -39,8 +39,8 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 		return opt, false, fmt.Errorf("-scenarios: %v", err)
 	}
 	for _, id := range opt.Scenarios {
-		if id > len(All()) {
-			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are %d)", id, len(All()))
+		if id > len(All()) && !slices.Contains(mixIDs(), id) {
+			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are 1-%d and %v)", id, len(All()), mixIDs())
 		}
 	}
 	if opt.Caps, err = parseCaps(*flagCaps); err != nil {

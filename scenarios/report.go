@@ -38,28 +38,29 @@ type Row struct {
 	Checks              []Check    `json:"checks"`
 }
 
-// Check is one threshold of the issue and whether it held. An Advisory
-// check is a threshold the controller does not meet yet: it is printed,
-// and does not fail the suite.
+// Check is one threshold of the issue and whether it held.
 type Check struct {
-	What     string `json:"what"`
-	OK       bool   `json:"ok"`
-	Advisory bool   `json:"advisory,omitempty"`
+	What string `json:"what"`
+	OK   bool   `json:"ok"`
+	// Reported is set on a threshold that is printed but not enforced,
+	// with the reason (see reportedOnly and mixRow).
+	Reported string `json:"reported,omitempty"`
 }
 
-// advisory lists the thresholds of issue 14 that are printed but not
-// enforced, by scenario ID and the start of their text (see
-// docs/scenarios.md for by how much each is missed): on heavy-tailed
-// lengths the controller reaches about 0.8 of the oracle.
-var advisory = map[int][]string{12: {"adaptive >= 0.9 x oracle"}}
+// reportedOnly lists the thresholds of issue 14 that are printed but not
+// enforced, by scenario ID and the start of their text, with the reason
+// (docs/scenarios.md says by how much each is missed).
+var reportedOnly = map[int]map[string]string{
+	12: {"adaptive >= 0.9 x oracle": "not enforced: on heavy-tailed lengths the controller reaches about 0.84 of the oracle, see docs/scenarios.md"},
+}
 
-func isAdvisory(id int, what string) bool {
-	for _, p := range advisory[id] {
+func notEnforced(id int, what string) string {
+	for p, why := range reportedOnly[id] {
 		if strings.HasPrefix(what, p) {
-			return true
+			return why
 		}
 	}
-	return false
+	return ""
 }
 
 // Rows computes the table.
@@ -105,7 +106,7 @@ func (s *Suite) row(sc Scenario) Row {
 	}
 	add := func(ok bool, format string, args ...any) {
 		what := fmt.Sprintf(format, args...)
-		row.Checks = append(row.Checks, Check{What: what, OK: ok, Advisory: isAdvisory(id, what)})
+		row.Checks = append(row.Checks, Check{What: what, OK: ok, Reported: notEnforced(id, what)})
 	}
 	if sc.MaxSweptCap > 0 {
 		add(row.OracleCap < sc.MaxSweptCap, "oracle cap %d inside the swept caps (at most %d)", row.OracleCap, sc.MaxSweptCap)
@@ -192,22 +193,31 @@ func WriteTable(w io.Writer, s *Suite) error {
 		for _, c := range r.Checks {
 			v := "ok  "
 			switch {
-			case !c.OK && c.Advisory:
-				v = "miss (advisory, not enforced)"
+			case !c.OK && c.Reported != "":
+				v = "miss (" + c.Reported + ")"
 			case !c.OK:
 				v = "MISS"
 			}
 			fmt.Fprintf(w, "%s  %s: %s\n", v, r.Scenario, c.What)
 		}
 	}
+	writeMixTable(w, s.MixRows())
 	return nil
 }
 
-// WriteJSON writes the rows as a JSON list.
+// WriteJSON writes the rows as a JSON list, the mixes' rows (with their
+// own fields) after the others.
 func WriteJSON(w io.Writer, s *Suite) error {
+	var rows []any
+	for _, r := range s.Rows() {
+		rows = append(rows, r)
+	}
+	for _, r := range s.MixRows() {
+		rows = append(rows, r)
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(s.Rows())
+	return enc.Encode(rows)
 }
 
 func capsString(caps []int) string {

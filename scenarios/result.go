@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // CapPoint is the cap from At (time since the run started) on.
@@ -38,6 +40,9 @@ type RunResult struct {
 	// GoodAt, for a scenario with ColdStart, is when each good request
 	// ended (from the start of the run, warm-up included), in order.
 	GoodAt []time.Duration `json:"-"`
+	// Classes splits the window's counts by the bench's Request.Class
+	// (see mix.go).
+	Classes map[string]ClassResult `json:"classes,omitempty"`
 }
 
 // ColdWindow is the span over which a cold start's goodput is judged.
@@ -58,6 +63,34 @@ func coldConverge(goodAt []time.Duration, goal float64, end time.Duration) time.
 		}
 	}
 	return -1
+}
+
+// ClassResult is one class of requests of a run, over the window.
+type ClassResult struct {
+	Completed, Good, Rejected int
+	// Goodput and CompletedPerSecond are per second of the window.
+	Goodput, CompletedPerSecond float64
+}
+
+// countClass counts rec to its class; window is the window's length.
+func (r *RunResult) countClass(rec bench.Record, window time.Duration) {
+	if r.Classes == nil {
+		r.Classes = map[string]ClassResult{}
+	}
+	c := r.Classes[rec.Class]
+	switch {
+	case rec.Outcome == bench.Completed:
+		c.Completed++
+		if rec.Good {
+			c.Good++
+		}
+	case rec.Outcome == bench.Rejected:
+		c.Rejected++
+	}
+	if s := window.Seconds(); s > 0 {
+		c.Goodput, c.CompletedPerSecond = float64(c.Good)/s, float64(c.Completed)/s
+	}
+	r.Classes[rec.Class] = c
 }
 
 // band is the tolerance around a final cap within which it counts as

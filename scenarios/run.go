@@ -48,6 +48,11 @@ type Run struct {
 	// RealTime runs over TCP on 127.0.0.1 in real time instead of over
 	// net.Pipe in a synctest bubble.
 	RealTime bool
+	// Env adds KNEECAP_* settings to the gateway's (classes, tenants);
+	// Workload, when set, replaces the scenario's (per-user classes and
+	// headers). See mix.go.
+	Env      []string
+	Workload bench.Workload
 }
 
 // debugLog, when set by a test, receives the gateway's log (one line per
@@ -143,7 +148,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		Levels:        []float64{float64(r.Scenario.Users)},
 		Warmup:        r.Timing.Warmup,
 		Duration:      r.Timing.Window,
-		Workload:      r.Scenario.workload(r.Timing),
+		Workload:      r.workload(),
 		Seed:          r.Seed,
 		IgnoreEOS:     true,
 		Targets:       r.Scenario.Targets(),
@@ -190,6 +195,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		return good
 	}
 	for _, rec := range bench.Slice(lv.Records, from, to) {
+		res.countClass(rec, to.Sub(from))
 		switch rec.Outcome {
 		case bench.Completed:
 			res.Completed++

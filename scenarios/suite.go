@@ -55,7 +55,10 @@ type Suite struct {
 	KneeCapacity float64
 	Runs         map[int][]RunResult
 	Scenarios    []Scenario
-	Wall         time.Duration
+	// MixRuns are the runs of the mixes (scenarios 14 and 15, mix.go) by
+	// ID and variant.
+	MixRuns map[int]map[string]RunResult
+	Wall    time.Duration
 }
 
 // RunSuite runs the suite. It must be given a *testing.T because each run
@@ -94,6 +97,15 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 	if len(second) > 0 && !s.stopped() {
 		_, s.KneeCapacity = s.oracle(1, -1)
 		s.runStage(t, second, s.KneeCapacity)
+	}
+	var mixes []Mix
+	for _, m := range Mixes() {
+		if want(m.ID) {
+			mixes = append(mixes, m)
+		}
+	}
+	if len(mixes) > 0 && !s.stopped() {
+		s.runMixes(t, mixes)
 	}
 	s.Wall = time.Since(start)
 	return s

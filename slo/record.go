@@ -98,6 +98,12 @@ type Record struct {
 	// otherwise. A bounded set, safe as a label.
 	Reason string `json:"reason,omitempty"`
 
+	// Class is the request's priority class and Tenant its tenant (a
+	// bounded label, an API key only as its hash); both empty without
+	// classes.
+	Class  string `json:"class,omitempty"`
+	Tenant string `json:"tenant,omitempty"`
+
 	// Arrival is when the gateway received the request.
 	Arrival time.Time `json:"arrival"`
 	// Targets are the bounds after header overrides.

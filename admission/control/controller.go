@@ -352,30 +352,16 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	c.ttftShift.reset()
 }
 
-// ObserveDone records a finished request.
+// ObserveDone records a finished request. A request with no target at
+// all (a batch class without targets) teaches the model what it costs the
+// engine (hold time, output length, time per token) but counts to no class,
+// attainment or goodput: it has no target to meet or miss, so it can
+// neither drag the cap down nor, always "good", pull it up past the knee
+// of the requests that have targets.
 func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	tau := c.cfg.Memory
-	c.finished.add(now, tau, 1)
-	if f.Good {
-		c.goodSince++
-		c.good.add(now, tau, 1)
-	} else {
-		c.good.decay(now, tau)
-	}
-	t := f.Targets // as judged: a zero field is no bound
-	d := c.classes[t]
-	if d == nil {
-		if len(c.classes) >= maxClasses { // bounded: forget the faintest other class
-			c.dropFaintestClass(now)
-		}
-		d = &decayed{}
-		c.classes[t] = d
-	}
-	d.add(now, tau, 1)
-	if !now.Add(-f.Hold).Before(c.changedAt) {
-		// Only requests that ran entirely under the cap count to it: one
-		// that began under a higher cap collided with its prefills.
-		c.noteMeasured(now, t, f.Good)
+	if t := f.Targets; t != (slo.Targets{}) { // as judged: a zero field is no bound
+		c.observeJudged(now, f)
 	}
 	if f.Hold > 0 {
 		c.holdAvg.add(now, tau, f.Hold.Seconds())
@@ -391,6 +377,34 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 			n = 1
 		}
 		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)))
+	}
+}
+
+// observeJudged counts a finished request with targets to its class and
+// to the measured attainment and goodput.
+func (c *Controller) observeJudged(now time.Time, f Finished) {
+	tau := c.cfg.Memory
+	c.finished.add(now, tau, 1)
+	if f.Good {
+		c.goodSince++
+		c.good.add(now, tau, 1)
+	} else {
+		c.good.decay(now, tau)
+	}
+	t := f.Targets
+	d := c.classes[t]
+	if d == nil {
+		if len(c.classes) >= maxClasses { // bounded: forget the faintest other class
+			c.dropFaintestClass(now)
+		}
+		d = &decayed{}
+		c.classes[t] = d
+	}
+	d.add(now, tau, 1)
+	if !now.Add(-f.Hold).Before(c.changedAt) {
+		// Only requests that ran entirely under the cap count to it: one
+		// that began under a higher cap collided with its prefills.
+		c.noteMeasured(now, t, f.Good)
 	}
 }
 

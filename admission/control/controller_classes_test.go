@@ -1,6 +1,7 @@
 package control
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -97,5 +98,32 @@ func TestZeroTargetIsNoBound(t *testing.T) {
 	}
 	if v := c.Admit(now, Query{Arrival: late, Paced: true, Targets: noTTFT}); !v.OK {
 		t.Errorf("refused a paced request with no TTFT bound: %+v", v)
+	}
+}
+
+// A request with no target at all (a batch class without targets) runs on
+// the engine but has nothing to meet: it forms no class, and moves neither
+// the measured attainment nor the goodput counted to the cap, however many
+// come; the model still learns its hold time.
+func TestNoTargetsCountNowhereButTheModel(t *testing.T) {
+	_, c, now, n, _ := atKneeUnderDemand(t)
+	classes, att, good := len(c.classes), c.measuredAttainment(now), c.goodSince
+	hold := c.holdAvg
+	for range 500 {
+		now = now.Add(100 * time.Millisecond)
+		c.ObserveDone(now, Finished{Running: float64(n), EngineTTFT: 300 * time.Millisecond,
+			TPOT: 50 * time.Millisecond, Hold: time.Minute, OutputTokens: 20, Good: true})
+	}
+	if len(c.classes) != classes || c.classes[slo.Targets{}] != nil {
+		t.Errorf("requests without targets formed a class: %v", c.classes)
+	}
+	if got := c.measuredAttainment(now); math.Abs(got-att) > 1e-9 {
+		t.Errorf("measured attainment %.3f, was %.3f: requests without targets moved it", got, att)
+	}
+	if c.goodSince != good {
+		t.Errorf("%d good completions counted, was %d", c.goodSince, good)
+	}
+	if c.holdAvg == hold {
+		t.Error("the model did not learn the hold time of requests without targets")
 	}
 }

@@ -32,6 +32,14 @@
 //   - controller_metrics.go, controller_status.go: the kneecap_controller_*
 //     metrics and the /status document ([ControllerStatus], [Float]).
 //
+// Priority classes (package admission's ClassConfig) are not the
+// controller's target classes: the controller groups finished requests by
+// the targets they carried, whatever their priority, and a request with no
+// target at all (a batch class without targets) teaches the model its cost
+// on the engine but counts to no class, attainment or measured goodput
+// (see Controller.ObserveDone), so the cap stays where the requests with
+// targets meet them.
+//
 // # Concurrency model
 //
 // A Controller is not safe for concurrent use and starts nothing. A Loop

@@ -114,7 +114,8 @@ func TestLoopLeavesSeveralChoicesOut(t *testing.T) {
 	r := newTestLoop(t)
 	now := time.Now()
 	rec := slo.Record{Streamed: true, OutputTokens: 20, OutputChunks: 20, TTFT: 200 * time.Millisecond,
-		EngineTTFT: 200 * time.Millisecond, E2E: time.Second, MeanRunning: 4, Choices: 2}
+		EngineTTFT: 200 * time.Millisecond, E2E: time.Second, MeanRunning: 4, Choices: 2,
+		Targets: slo.Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond}} // with none it would count nowhere
 	r.Finished(now, rec, 4)
 	if w := r.c.finished.w; w != 0 {
 		t.Fatalf("a record of 2 choices was counted (weight %v)", w)

@@ -1,0 +1,445 @@
+package admission
+
+import (
+	"container/list"
+	"slices"
+	"time"
+)
+
+// ClassConfig is one priority class of the limiter's queue. The order of
+// Config.Classes is the order of priority: the first class is served
+// first at every slot grant.
+type ClassConfig struct {
+	// Name labels the class in ClassStats (metrics, /status).
+	Name string
+	// QueueShare is the share of Config.MaxQueue the class's waiters may
+	// take, in (0, 1]; 0 means 1 (the whole queue).
+	QueueShare float64
+}
+
+// Fairness sets how the slots of one class are shared among tenants:
+// by the Virtual Token Counter of Sheng et al. (OSDI 2024). Each tenant's
+// counter grows by the tokens it is served (PromptWeight x prompt +
+// OutputWeight x output) divided by its weight; a slot goes to the waiting
+// tenant with the smallest counter, and a tenant that starts waiting is
+// lifted to the smallest counter of those already waiting, so that idle
+// time is no credit. The zero value weighs every token 1 and every
+// tenant 1, and tracks DefaultMaxTenants tenants.
+type Fairness struct {
+	// PromptWeight and OutputWeight price a served token; both 0 mean 1
+	// each.
+	PromptWeight, OutputWeight float64
+	// Weight returns a tenant's weight (> 0; a tenant of weight 2 is
+	// served twice the tokens of one of weight 1 while both wait). nil,
+	// or an answer <= 0, means 1.
+	Weight func(tenant string) float64
+	// MaxTenants bounds the tenants whose counters are kept; the least
+	// recently seen idle one is forgotten first. 0 means DefaultMaxTenants.
+	MaxTenants int
+}
+
+// DefaultMaxTenants is the number of tenants tracked when
+// Fairness.MaxTenants is 0.
+const DefaultMaxTenants = 4096
+
+// flowKey names one tenant's flow in one class.
+type flowKey struct {
+	class  int
+	tenant string
+}
+
+// flow is one tenant's requests in one class: its waiters (FIFO) and its
+// virtual token counter. Guarded by the limiter's lock.
+type flow struct {
+	key     flowKey
+	waiters list.List // of *waiter, front = oldest
+	vtc     float64   // weighted tokens served / weight
+	weight  float64
+	cost    float64 // mean cost of a request (weighted tokens); 0 until one was served
+	served  float64 // weighted tokens served in all
+	granted int64   // slots granted in all
+	running int
+	lru     *list.Element // in fairQueue.lru
+}
+
+// fairQueue is the limiter's queue: per class (in priority order), per
+// tenant flows of FIFO waiters. Guarded by the limiter's lock.
+type fairQueue struct {
+	classes  []classQueue
+	flows    map[flowKey]*flow
+	lru      list.List // of *flow, front = most recently used
+	n        int       // waiters in all
+	maxQueue int
+	fair     Fairness
+}
+
+type classQueue struct {
+	cfg    ClassConfig
+	bound  int     // waiters this class may have
+	n      int     // waiters now
+	active []*flow // flows with waiters
+	// counted refusals and grants, for ClassStats
+	granted, shed int64
+}
+
+func newFairQueue(classes []ClassConfig, maxQueue int, f Fairness) *fairQueue {
+	if len(classes) == 0 {
+		classes = []ClassConfig{{Name: "default"}}
+	}
+	if f.PromptWeight == 0 && f.OutputWeight == 0 {
+		f.PromptWeight, f.OutputWeight = 1, 1
+	}
+	if f.MaxTenants <= 0 {
+		f.MaxTenants = DefaultMaxTenants
+	}
+	q := &fairQueue{flows: map[flowKey]*flow{}, maxQueue: maxQueue, fair: f}
+	for _, c := range classes {
+		share := c.QueueShare
+		if share <= 0 || share > 1 {
+			share = 1
+		}
+		q.classes = append(q.classes, classQueue{cfg: c, bound: max(int(share*float64(maxQueue)+0.5), min(maxQueue, 1))})
+	}
+	q.lru.Init()
+	return q
+}
+
+// classOf clamps a request's class to a valid one: out of range is the
+// lowest priority, never the highest.
+func (q *fairQueue) classOf(c int) int {
+	if c < 0 || c >= len(q.classes) {
+		return len(q.classes) - 1
+	}
+	return c
+}
+
+// flowFor returns the flow of (class, tenant), creating it and forgetting
+// the least recently used idle flow when there are too many.
+func (q *fairQueue) flowFor(class int, tenant string) *flow {
+	k := flowKey{q.classOf(class), tenant}
+	if f := q.flows[k]; f != nil {
+		q.lru.MoveToFront(f.lru)
+		return f
+	}
+	for e := q.lru.Back(); e != nil && len(q.flows) >= q.fair.MaxTenants; {
+		prev := e.Prev()
+		if f := e.Value.(*flow); f.running == 0 && f.waiters.Len() == 0 {
+			q.lru.Remove(e)
+			delete(q.flows, f.key)
+		}
+		e = prev
+	}
+	w := 1.0
+	if q.fair.Weight != nil {
+		if v := q.fair.Weight(tenant); v > 0 {
+			w = v
+		}
+	}
+	f := &flow{key: k, weight: w}
+	f.waiters.Init()
+	f.lru = q.lru.PushFront(f)
+	q.flows[k] = f
+	return f
+}
+
+// waitingAtOrAbove counts the waiters of class c and the classes above it:
+// a request of class c may skip the queue only when it is 0 (a lower
+// class may wait on slots held back for higher ones, see reserveLocked).
+func (q *fairQueue) waitingAtOrAbove(c int) int {
+	n := 0
+	for i := 0; i <= q.classOf(c); i++ {
+		n += q.classes[i].n
+	}
+	return n
+}
+
+// full reports whether a request of class c finds no room: the whole
+// queue or its class's share is taken.
+func (q *fairQueue) full(c int) bool {
+	return q.n >= q.maxQueue || q.classes[c].n >= q.classes[c].bound
+}
+
+// push queues w on its flow; a flow that starts waiting is lifted to the
+// smallest counter of its class's waiting flows (idle time is no credit).
+func (q *fairQueue) push(w *waiter) {
+	f := w.flow
+	cq := &q.classes[f.key.class]
+	if f.waiters.Len() == 0 {
+		if len(cq.active) > 0 {
+			low := cq.active[0].vtc
+			for _, a := range cq.active[1:] {
+				low = min(low, a.vtc)
+			}
+			f.vtc = max(f.vtc, low)
+		}
+		cq.active = append(cq.active, f)
+	}
+	w.elem = f.waiters.PushBack(w)
+	cq.n++
+	q.n++
+}
+
+// remove takes w out of the queue.
+func (q *fairQueue) remove(w *waiter) {
+	f := w.flow
+	cq := &q.classes[f.key.class]
+	f.waiters.Remove(w.elem)
+	cq.n--
+	q.n--
+	if f.waiters.Len() == 0 {
+		if i := slices.Index(cq.active, f); i >= 0 {
+			cq.active = slices.Delete(cq.active, i, i+1)
+		}
+	}
+}
+
+// next returns the waiter the next slot goes to: the highest class with
+// waiters, its flow with the smallest counter (ties: the flow with fewer
+// requests running, then the oldest head; a flow that just started
+// waiting was lifted to the smallest counter and so goes first unless it
+// runs more), the flow's oldest waiter. nil when nobody waits.
+func (q *fairQueue) next() *waiter {
+	for i := range q.classes {
+		if w := q.classes[i].next(); w != nil {
+			return w
+		}
+	}
+	return nil
+}
+
+func (cq *classQueue) next() *waiter {
+	var best *flow
+	for _, f := range cq.active {
+		if best == nil || before(f, f.vtc, best, best.vtc) {
+			best = f
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	return best.waiters.Front().Value.(*waiter)
+}
+
+// before reports whether flow a, at counter va, is served before flow b
+// at counter vb (see next). A flow without waiters counts as one that
+// would arrive now.
+func before(a *flow, va float64, b *flow, vb float64) bool {
+	if va != vb {
+		return va < vb
+	}
+	if a.running != b.running {
+		return a.running < b.running
+	}
+	return head(a).Before(head(b))
+}
+
+func head(f *flow) time.Time {
+	if f.waiters.Len() == 0 {
+		return time.Now()
+	}
+	return f.waiters.Front().Value.(*waiter).enqueued
+}
+
+// charge counts a grant to w's flow: the flow's mean request cost (its
+// tokens are not known yet), corrected at release by what was served.
+func (q *fairQueue) charge(f *flow) float64 {
+	est := f.cost
+	if est == 0 {
+		est = 1
+	}
+	f.vtc += est / f.weight
+	f.running++
+	f.granted++
+	q.classes[f.key.class].granted++
+	return est
+}
+
+// settle replaces a grant's charge by the tokens served.
+func (q *fairQueue) settle(f *flow, charged float64, prompt, output int) {
+	f.running--
+	if prompt <= 0 && output <= 0 {
+		return // nothing known (refused upstream, cancelled): the estimate stands
+	}
+	cost := q.fair.PromptWeight*float64(max(prompt, 0)) + q.fair.OutputWeight*float64(max(output, 0))
+	f.vtc += (cost - charged) / f.weight
+	f.served += cost
+	if f.cost == 0 {
+		f.cost = cost
+	} else {
+		f.cost += (cost - f.cost) / 8
+	}
+}
+
+// room reports whether a request of flow f may queue, and the waiter it
+// displaces (nil when there is room without). A full queue yields first
+// the newest waiter of the lowest class below f's that has any (taken
+// from its longest flow; not when f's own class is at its share, which
+// only a waiter of its class can free); else, within f's class, the
+// newest waiter of the longest flow when that flow has at least two more
+// waiters than f (a tenant over its share of the queue yields to one
+// under it).
+func (q *fairQueue) room(f *flow) (victim *waiter, ok bool) {
+	c := f.key.class
+	if !q.full(c) {
+		return nil, true
+	}
+	if q.classes[c].n < q.classes[c].bound {
+		for lo := len(q.classes) - 1; lo > c; lo-- {
+			if w := q.classes[lo].newestOfLongest(); w != nil {
+				return w, true
+			}
+		}
+	}
+	if w := q.classes[c].newestOfLongest(); w != nil && w.flow.waiters.Len() >= f.waiters.Len()+2 {
+		return w, true
+	}
+	return nil, false
+}
+
+func (cq *classQueue) newestOfLongest() *waiter {
+	var long *flow
+	for _, f := range cq.active {
+		if long == nil || f.waiters.Len() > long.waiters.Len() || (f.waiters.Len() == long.waiters.Len() && f.vtc > long.vtc) {
+			long = f
+		}
+	}
+	if long == nil {
+		return nil
+	}
+	return long.waiters.Back().Value.(*waiter)
+}
+
+// position estimates the 1-based place a new request of flow f would take
+// in the order of grants: every waiter of a higher class; in its own
+// class, the flows served before f's next turn (at the counter it would
+// have once waiting, see push), then one grant per waiting flow for each
+// of f's waiters ahead of it (fair shares take turns); at most the
+// class's waiters plus one.
+func (q *fairQueue) position(f *flow) int {
+	p := 0
+	for c := 0; c < f.key.class; c++ {
+		p += q.classes[c].n
+	}
+	cq := &q.classes[f.key.class]
+	v := f.vtc
+	if f.waiters.Len() == 0 && len(cq.active) > 0 {
+		low := cq.active[0].vtc
+		for _, a := range cq.active[1:] {
+			low = min(low, a.vtc)
+		}
+		v = max(v, low)
+	}
+	ahead, turns := 0, len(cq.active)
+	for _, a := range cq.active {
+		if a != f && before(a, a.vtc, f, v) {
+			ahead++
+		}
+	}
+	if f.waiters.Len() == 0 {
+		turns++
+	}
+	return p + min(cq.n+1, 1+ahead+f.waiters.Len()*turns)
+}
+
+// positionOf estimates the 1-based place of a queued waiter in the order
+// of grants: the waiters of higher classes, its place in its flow, and as
+// many of each other waiting flow of its class (fair shares take turns).
+// With one class and one tenant it is the waiter's place in the FIFO.
+func (q *fairQueue) positionOf(w *waiter) int {
+	f := w.flow
+	p := 0
+	for c := 0; c < f.key.class; c++ {
+		p += q.classes[c].n
+	}
+	idx := 1
+	for e := f.waiters.Front(); e != nil && e != w.elem; e = e.Next() {
+		idx++
+	}
+	for _, a := range q.classes[f.key.class].active {
+		if a != f {
+			p += min(a.waiters.Len(), idx)
+		}
+	}
+	return p + idx
+}
+
+// ClassStats is a snapshot of one class of the queue.
+type ClassStats struct {
+	Name    string
+	Running int
+	Queued  int
+	// Granted counts slots granted; Shed the waiters displaced by a
+	// request of higher priority or of a tenant under its share.
+	Granted, Shed int64
+}
+
+// TenantStats is a snapshot of one tenant in one class.
+type TenantStats struct {
+	Class, Tenant   string
+	Running, Queued int
+	Granted         int64
+	// Served is the weighted tokens served; VTC its virtual counter.
+	Served, VTC float64
+}
+
+// Classes returns a snapshot of each class, in priority order.
+func (l *Limiter) Classes() []ClassStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]ClassStats, len(l.queue.classes))
+	for i, cq := range l.queue.classes {
+		out[i] = ClassStats{Name: cq.cfg.Name, Queued: cq.n, Granted: cq.granted, Shed: cq.shed}
+	}
+	for _, f := range l.queue.flows {
+		out[f.key.class].Running += f.running
+	}
+	return out
+}
+
+// Tenants returns the n tenants (per class) that were served the most
+// weighted tokens, most first, and the sum of all others under the tenant
+// name "other" (last, when there are others). Tenant names are what the
+// caller put in Request.Tenant.
+func (l *Limiter) Tenants(n int) []TenantStats {
+	l.mu.Lock()
+	all := make([]TenantStats, 0, len(l.queue.flows))
+	for _, f := range l.queue.flows {
+		all = append(all, TenantStats{
+			Class: l.queue.classes[f.key.class].cfg.Name, Tenant: f.key.tenant,
+			Running: f.running, Queued: f.waiters.Len(), Granted: f.granted, Served: f.served, VTC: f.vtc,
+		})
+	}
+	l.mu.Unlock()
+	slices.SortFunc(all, func(a, b TenantStats) int {
+		switch {
+		case a.Served != b.Served:
+			if a.Served > b.Served {
+				return -1
+			}
+			return 1
+		case a.Granted != b.Granted:
+			return int(b.Granted - a.Granted)
+		case a.Class != b.Class:
+			if a.Class < b.Class {
+				return -1
+			}
+			return 1
+		case a.Tenant < b.Tenant:
+			return -1
+		case a.Tenant > b.Tenant:
+			return 1
+		}
+		return 0
+	})
+	if len(all) <= n {
+		return all
+	}
+	other := TenantStats{Class: "", Tenant: "other"}
+	for _, t := range all[n:] {
+		other.Running += t.Running
+		other.Queued += t.Queued
+		other.Granted += t.Granted
+		other.Served += t.Served
+	}
+	return append(all[:n:n], other)
+}

@@ -1,0 +1,300 @@
+package gateway
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// ClassSpec is one priority class as KNEECAP_CLASSES sets it.
+type ClassSpec struct {
+	Name string
+	// Targets replace the operator's targets for the class's requests,
+	// field by field where Set says so; a zero target is no bound.
+	Targets slo.Targets
+	Set     struct{ TTFT, TPOT, E2E bool }
+	// QueueShare is the share of KNEECAP_MAX_QUEUE its waiters may take
+	// (0 means all of it).
+	QueueShare float64
+}
+
+// TenantSpec is one tenant as KNEECAP_TENANTS sets it.
+type TenantSpec struct {
+	Name   string
+	Weight float64 // 0 means 1
+	Class  string  // the class of its requests without a class header; "" the default class
+}
+
+// maxLabel bounds a class or tenant name, from the configuration or from
+// a header.
+const maxLabel = 64
+
+// validLabel reports whether s may name a class or tenant: 1-64 bytes of
+// letters, digits and -_.:
+func validLabel(s string) bool {
+	if s == "" || len(s) > maxLabel {
+		return false
+	}
+	for _, r := range s {
+		ok := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' || r == ':'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseClasses parses KNEECAP_CLASSES: classes separated by ";", highest
+// priority first, each "name" or "name:key=value,...". Keys: ttft, tpot,
+// e2e (durations; 0 is no bound; an absent key keeps the operator's
+// target) and queue (the class's share of the queue, in (0, 1]).
+//
+//	interactive:ttft=1s,tpot=100ms;batch:ttft=0,tpot=0,e2e=30m,queue=0.5
+func ParseClasses(s string) ([]ClassSpec, error) {
+	var out []ClassSpec
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, opts, _ := strings.Cut(part, ":")
+		c := ClassSpec{Name: strings.TrimSpace(name)}
+		if !validLabel(c.Name) {
+			return nil, fmt.Errorf("class name %q: want 1-%d letters, digits or -_.:", c.Name, maxLabel)
+		}
+		if seen[c.Name] {
+			return nil, fmt.Errorf("class %q named twice", c.Name)
+		}
+		seen[c.Name] = true
+		err := eachOption(opts, func(k, v string) error {
+			switch k {
+			case "ttft", "tpot", "e2e":
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 || d > 24*time.Hour {
+					return fmt.Errorf("class %q: %s=%q: want a duration between 0 and 24h", c.Name, k, v)
+				}
+				switch k {
+				case "ttft":
+					c.Targets.TTFT, c.Set.TTFT = d, true
+				case "tpot":
+					c.Targets.TPOT, c.Set.TPOT = d, true
+				default:
+					c.Targets.E2E, c.Set.E2E = d, true
+				}
+			case "queue":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil || !(f > 0 && f <= 1) {
+					return fmt.Errorf("class %q: queue=%q: want a share in (0, 1]", c.Name, v)
+				}
+				c.QueueShare = f
+			default:
+				return fmt.Errorf("class %q: unknown key %q (want ttft, tpot, e2e, queue)", c.Name, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	if len(out) > 16 {
+		return nil, errors.New("at most 16 classes")
+	}
+	return out, nil
+}
+
+// ParseTenants parses KNEECAP_TENANTS: tenants separated by ";", each
+// "name:key=value,...". Keys: weight (> 0, at most 1000) and class (the
+// class of its requests that name none). A tenant known by API key is
+// named by its hash ("key:" and the first 16 hex digits of the key's
+// SHA-256).
+//
+//	team-a:weight=2;team-b;team-c:weight=0.5,class=batch
+func ParseTenants(s string) ([]TenantSpec, error) {
+	var out []TenantSpec
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(s, ";") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, opts, _ := strings.Cut(part, ":")
+		if strings.HasPrefix(part, "key:") { // a hashed key's name holds a colon
+			k, rest, _ := strings.Cut(part[len("key:"):], ":")
+			name, opts = "key:"+k, rest
+		}
+		t := TenantSpec{Name: strings.TrimSpace(name)}
+		if !validLabel(t.Name) || seen[t.Name] {
+			return nil, fmt.Errorf("tenant name %q: want 1-%d letters, digits or -_.:, each once", t.Name, maxLabel)
+		}
+		seen[t.Name] = true
+		err := eachOption(opts, func(k, v string) error {
+			switch k {
+			case "weight":
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil || !(f > 0 && f <= 1000) {
+					return fmt.Errorf("tenant %q: weight=%q: want a number in (0, 1000]", t.Name, v)
+				}
+				t.Weight = f
+			case "class":
+				t.Class = v
+			default:
+				return fmt.Errorf("tenant %q: unknown key %q (want weight, class)", t.Name, k)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	if len(out) > 10000 {
+		return nil, errors.New("at most 10000 tenants")
+	}
+	return out, nil
+}
+
+// eachOption calls f for each "key=value" of a comma-separated list.
+func eachOption(opts string, f func(k, v string) error) error {
+	for kv := range strings.SplitSeq(opts, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("%q: want key=value", kv)
+		}
+		if err := f(strings.ToLower(strings.TrimSpace(k)), strings.TrimSpace(v)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// classes is the gateway's classification of requests: what
+// KNEECAP_CLASSES, KNEECAP_DEFAULT_CLASS, KNEECAP_TENANTS and the header
+// names say. It is immutable once built.
+type classes struct {
+	specs        []ClassSpec
+	index        map[string]int
+	def          int
+	classHeader  string
+	tenantHeader string // "" means the API key
+	tenants      map[string]TenantSpec
+	op           slo.Targets
+}
+
+// newClasses builds the classification from a validated Config.
+func newClasses(cfg Config) *classes {
+	specs, _ := ParseClasses(cfg.Classes)
+	tenants, _ := ParseTenants(cfg.Tenants)
+	c := &classes{
+		specs: specs, index: map[string]int{}, classHeader: cfg.ClassHeader,
+		tenantHeader: cfg.TenantHeader, tenants: map[string]TenantSpec{}, op: cfg.Targets(),
+	}
+	if len(c.specs) == 0 {
+		c.specs = []ClassSpec{{Name: "default"}}
+	}
+	for i, s := range c.specs {
+		c.index[s.Name] = i
+	}
+	c.def = len(c.specs) - 1 // unset: the lowest, never the highest
+	if i, ok := c.index[cfg.DefaultClass]; ok {
+		c.def = i
+	}
+	for _, t := range tenants {
+		c.tenants[t.Name] = t
+	}
+	return c
+}
+
+// limiterClasses are the classes as the limiter takes them.
+func (c *classes) limiterClasses() []admission.ClassConfig {
+	out := make([]admission.ClassConfig, len(c.specs))
+	for i, s := range c.specs {
+		out[i] = admission.ClassConfig{Name: s.Name, QueueShare: s.QueueShare}
+	}
+	return out
+}
+
+// weight is a tenant's configured weight (1 when unnamed).
+func (c *classes) weight(tenant string) float64 {
+	if t, ok := c.tenants[tenant]; ok && t.Weight > 0 {
+		return t.Weight
+	}
+	return 1
+}
+
+// classify implements proxy.Classifier. The tenant is the tenant header's
+// value when one is configured and sent, or else a hash of the bearer
+// key: the key itself goes nowhere. The class is the class header's value
+// when it names a class, else the tenant's class, else the default class.
+func (c *classes) classify(h http.Header) (proxy.Class, error) {
+	tenant, err := c.tenantOf(h)
+	if err != nil {
+		return proxy.Class{}, err
+	}
+	i := c.def
+	if t, ok := c.tenants[tenant]; ok {
+		if j, ok := c.index[t.Class]; ok {
+			i = j
+		}
+	}
+	if v := h.Get(c.classHeader); c.classHeader != "" && v != "" {
+		if j, ok := c.index[v]; ok {
+			i = j
+		}
+	}
+	s := c.specs[i]
+	pc := proxy.Class{Index: i, Name: s.Name, Tenant: tenant}
+	if s.Set.TTFT || s.Set.TPOT || s.Set.E2E {
+		pc.Targets, pc.HasTargets = c.op, true
+		if s.Set.TTFT {
+			pc.Targets.TTFT = s.Targets.TTFT
+		}
+		if s.Set.TPOT {
+			pc.Targets.TPOT = s.Targets.TPOT
+		}
+		if s.Set.E2E {
+			pc.Targets.E2E = s.Targets.E2E
+		}
+	}
+	return pc, nil
+}
+
+// tenantOf names a request's tenant: a hostile header is bounded (1-64
+// bytes of letters, digits and -_.:) or refused.
+func (c *classes) tenantOf(h http.Header) (string, error) {
+	if c.tenantHeader != "" {
+		if v := h.Get(c.tenantHeader); v != "" {
+			if !validLabel(v) || strings.HasPrefix(v, "key:") {
+				return "", fmt.Errorf("header %s: want 1-%d letters, digits or -_.: (not starting with key:)", c.tenantHeader, maxLabel)
+			}
+			return v, nil
+		}
+	}
+	return KeyTenant(h.Get("Authorization")), nil
+}
+
+// KeyTenant names the tenant of an Authorization header: "key:" and the
+// first 16 hex digits of the SHA-256 of its bearer token, or "" without
+// one. The key itself is never kept.
+func KeyTenant(authorization string) string {
+	scheme, key, ok := strings.Cut(strings.TrimSpace(authorization), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(key) == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(key)))
+	return "key:" + hex.EncodeToString(sum[:8])
+}

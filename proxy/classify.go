@@ -1,0 +1,56 @@
+package proxy
+
+import (
+	"net/http"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/slo"
+)
+
+// Class is what a request's headers say of its place in admission: its
+// priority class and tenant, and the targets its class sets.
+type Class struct {
+	// Index is the class's place in the limiter's classes (0 the highest
+	// priority); Name labels it in records and metrics.
+	Index int
+	Name  string
+	// Tenant names the tenant whose fair share the request counts to: a
+	// bounded label, never a secret (an API key is hashed before it gets
+	// here). "" is the anonymous tenant.
+	Tenant string
+	// Targets, when HasTargets, replace the operator's targets as the base
+	// that x-slo-*-ms headers adjust; a zero field is no bound (a batch
+	// class may have none).
+	Targets    slo.Targets
+	HasTargets bool
+}
+
+// Classifier gives a request its Class from its headers. An error is the
+// client's fault (a malformed tenant header, say): 400 with its message.
+type Classifier func(h http.Header) (Class, error)
+
+// admissionOf resolves a request's class and targets and builds what the
+// limiter is asked; it also fills the record's class and tenant. An error
+// is a bad header, answered 400.
+func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request, error) {
+	base := p.cfg.Targets
+	var c Class
+	if p.cfg.Classify != nil {
+		var err error
+		if c, err = p.cfg.Classify(r.Header); err != nil {
+			return admission.Request{}, badHeader(err)
+		}
+		if c.HasTargets {
+			base = c.Targets
+		}
+	}
+	targets, err := p.cfg.Headers.Apply(base, r.Header)
+	if err != nil {
+		return admission.Request{}, badHeader(err)
+	}
+	rec.Targets, rec.Class, rec.Tenant = targets, c.Name, c.Tenant
+	return admission.Request{
+		Arrival: rec.Arrival, Targets: targets, MaxWait: p.maxWait(targets),
+		Class: c.Index, Tenant: c.Tenant,
+	}, nil
+}
