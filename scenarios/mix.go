@@ -5,8 +5,6 @@ import (
 	"net/http"
 	"sync"
 	"testing"
-	"testing/synctest"
-	"time"
 
 	"github.com/kneecap/kneecap/bench"
 	"github.com/kneecap/kneecap/sim"
@@ -131,18 +129,11 @@ func (s *Suite) runMixes(t *testing.T, mixes []Mix) {
 			for _, v := range MixVariants {
 				run := m.run(v, s.Options.Timing, s.Options.Seed)
 				t.Run(fmt.Sprintf("%d-%s/%s", m.ID, m.Name, v), func(t *testing.T) {
-					t.Parallel()
-					if s.stopped() {
-						t.Skip("interrupted")
+					res, ok := s.runOne(t, run)
+					if !ok {
+						return
 					}
-					var res RunResult
-					var err error
-					wall := time.Now()
-					synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
-					if err != nil {
-						t.Fatal(err)
-					}
-					res.Mode, res.Wall = v, time.Since(wall)
+					res.Mode = v
 					mu.Lock()
 					defer mu.Unlock()
 					if s.MixRuns[m.ID] == nil {

@@ -130,6 +130,26 @@ func (s *Suite) modes(sc Scenario) []Mode {
 	return m
 }
 
+// runOne runs one run as a parallel subtest, in its own bubble, and says
+// whether it ran: a failed run is reported on t, and the runs of a stopped
+// suite are skipped.
+func (s *Suite) runOne(t *testing.T, run Run) (RunResult, bool) {
+	t.Parallel()
+	if s.stopped() {
+		t.Skip("interrupted")
+	}
+	var res RunResult
+	var err error
+	wall := time.Now()
+	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
+	res.Wall = time.Since(wall)
+	if err != nil {
+		t.Errorf("scenario %d %s: %v", run.Scenario.ID, run.Mode, err)
+		return res, false
+	}
+	return res, true
+}
+
 func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 	var mu sync.Mutex
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
@@ -137,17 +157,8 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 			for _, m := range s.modes(sc) {
 				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
-					t.Parallel()
-					if s.stopped() {
-						t.Skip("interrupted")
-					}
-					var res RunResult
-					var err error
-					wall := time.Now()
-					synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
-					res.Wall = time.Since(wall)
-					if err != nil {
-						t.Errorf("scenario %d %s: %v", sc.ID, m, err)
+					res, ok := s.runOne(t, run)
+					if !ok {
 						return
 					}
 					mu.Lock()
