@@ -341,3 +341,45 @@ func TestOneTenantRefusalReservesNothing(t *testing.T) {
 		}
 	})
 }
+
+// A tenant forgotten for want of room (Fairness.MaxTenants) holds
+// nothing back: its return finds a new flow, which could not take the
+// slot kept for the old one.
+func TestForgottenTenantHoldsNothingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refuse := true
+		l := NewLimiter(Config{Limit: 3, MaxQueue: 10, Fairness: Fairness{MaxTenants: 2}, Hooks: Hooks{Gate: gateFunc(func(r Request, s State) (bool, time.Duration) {
+			return !refuse, 30 * time.Second
+		})}})
+		var as []*Ticket
+		for range 3 {
+			a, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+			as = append(as, a)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := l.Acquire(t.Context(), Request{Tenant: "b"}); !errors.Is(err, ErrDeadline) {
+			t.Fatalf("b: %v, want a deadline refusal", err)
+		}
+		refuse = false
+		as[0].Release()
+		c, err := l.Acquire(t.Context(), Request{Tenant: "c"}) // b, idle, is forgotten for c
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		a := acquireAsync(t.Context(), l, Request{Tenant: "a"})
+		synctest.Wait()
+		select {
+		case r := <-a:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			r.t.Release()
+		default:
+			t.Fatal("a slot was kept for a forgotten tenant")
+		}
+		for _, a := range as[1:] {
+			a.Release()
+		}
+	})
+}

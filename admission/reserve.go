@@ -53,10 +53,13 @@ func (l *Limiter) reserveLocked(now time.Time, f *flow, tenant bool, retry time.
 	l.reserved = append(l.reserved, r)
 }
 
+// dropExpiredLocked drops the reservations that ended, and those of a
+// tenant whose flow was forgotten (see flowFor): its return finds a new
+// flow, which cannot consume them.
 func (l *Limiter) dropExpiredLocked(now time.Time) {
 	kept := l.reserved[:0]
 	for _, r := range l.reserved {
-		if r.until.After(now) {
+		if r.until.After(now) && (r.flow == nil || l.queue.flows[r.flow.key] == r.flow) {
 			kept = append(kept, r)
 		}
 	}
