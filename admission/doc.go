@@ -27,6 +27,18 @@
 //     [Limiter.Tenants] (the top N by tokens served, the rest as "other")
 //     are snapshots for metrics and /status. With one class and one
 //     tenant the queue is FIFO, as before classes existed.
+//   - reserve.go: a refused request holds a slot back for its return,
+//     until its Retry-After (rounded up to whole seconds) plus 1.5 s, at
+//     most the cap's worth, consumed when a request of its kind is
+//     granted: from the classes below its own, and, when its tenant is
+//     under its share, from the tenants of its class it goes before (at
+//     a counter no higher, with fewer requests running per weight,
+//     counting its reserved slots). Such a tenant's Retry-After is at most
+//     the limiter's estimate of the next slot free for it, and on its
+//     return it takes the slot though others wait: without it, refused
+//     for a predicted deadline miss while every slot is held, it would be
+//     told to come back behind everyone told so before, and find the
+//     slot taken by the first of the larger tenant's many requests.
 //   - limiter_hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time, latency targets, queue-wait bound), [State], and the
 //     optional [Hooks]: [Gate] (refuse a request at once instead of

@@ -153,6 +153,38 @@ func (q *fairQueue) waitingAtOrAbove(c int) int {
 	return n
 }
 
+// first reports whether a new request of flow f would be the next
+// granted: no class above f's has waiters, f has none, and f, at the
+// counter it would have once waiting (see push), is served before every
+// waiting flow of its class.
+func (q *fairQueue) first(f *flow) bool {
+	if f.waiters.Len() > 0 || q.waitingAtOrAbove(f.key.class) > q.classes[f.key.class].n {
+		return false
+	}
+	cq := &q.classes[f.key.class]
+	v := q.lifted(f)
+	for _, a := range cq.active {
+		if !before(f, v, a, a.vtc) {
+			return false
+		}
+	}
+	return true
+}
+
+// lifted is the counter flow f would have once waiting (see push).
+func (q *fairQueue) lifted(f *flow) float64 {
+	cq := &q.classes[f.key.class]
+	v := f.vtc
+	if f.waiters.Len() == 0 && len(cq.active) > 0 {
+		low := cq.active[0].vtc
+		for _, a := range cq.active[1:] {
+			low = min(low, a.vtc)
+		}
+		v = max(v, low)
+	}
+	return v
+}
+
 // full reports whether a request of class c finds no room: the whole
 // queue or its class's share is taken.
 func (q *fairQueue) full(c int) bool {
@@ -321,14 +353,7 @@ func (q *fairQueue) position(f *flow) int {
 		p += q.classes[c].n
 	}
 	cq := &q.classes[f.key.class]
-	v := f.vtc
-	if f.waiters.Len() == 0 && len(cq.active) > 0 {
-		low := cq.active[0].vtc
-		for _, a := range cq.active[1:] {
-			low = min(low, a.vtc)
-		}
-		v = max(v, low)
-	}
+	v := q.lifted(f)
 	ahead, turns := 0, len(cq.active)
 	for _, a := range cq.active {
 		if a != f && before(a, a.vtc, f, v) {

@@ -249,3 +249,137 @@ func TestRefusalReservesASlotForTheReturn(t *testing.T) {
 		})
 	}
 }
+
+// A tenant under its share (fewer requests running than another tenant,
+// at no higher a counter) that was refused keeps the next free slot for
+// its return: the over-share tenant's newcomer does not take it, even
+// waiting first, and the refused tenant is told to come back at that
+// slot, not at the Gate's longer Retry-After. A reservation nobody comes
+// back for ends by itself, and the newcomer has the slot.
+func TestRefusedTenantUnderShareGetsTheNextSlot(t *testing.T) {
+	for _, comesBack := range []bool{true, false} {
+		t.Run(fmt.Sprint("comes back ", comesBack), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				refuse := true
+				l := NewLimiter(Config{Limit: 2, MaxQueue: 10, Hooks: Hooks{Gate: gateFunc(func(r Request, s State) (bool, time.Duration) {
+					return !refuse, 30 * time.Second // the Gate's promise: behind every request told to come back
+				})}})
+				a1, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+				a2, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+				time.Sleep(2 * time.Second) // held 2s: a slot frees about every second
+				_, err := l.Acquire(t.Context(), Request{Tenant: "b"})
+				re := AsReject(err)
+				if re == nil || !errors.Is(err, ErrDeadline) {
+					t.Fatalf("b: %v, want a deadline refusal", err)
+				}
+				if re.RetryAfter > 2*time.Second {
+					t.Fatalf("b told to come back after %v, want the next slot's (about 1s)", re.RetryAfter)
+				}
+				refuse = false
+				a3 := acquireAsync(t.Context(), l, Request{Tenant: "a"})
+				synctest.Wait()
+				a1.Release()
+				synctest.Wait()
+				select {
+				case r := <-a3:
+					t.Fatalf("a's newcomer took the slot kept for b's return: %v", r.err)
+				default:
+				}
+				if comesBack {
+					time.Sleep(re.RetryAfter)
+					b, err := l.Acquire(t.Context(), Request{Tenant: "b"})
+					if err != nil {
+						t.Fatalf("b back after its Retry-After: %v", err)
+					}
+					b.Release()
+				} else {
+					time.Sleep(re.RetryAfter + 2*time.Second) // the reservation ends: a3's turn, with no other event
+				}
+				synctest.Wait()
+				select {
+				case r := <-a3:
+					if r.err != nil {
+						t.Fatal(r.err)
+					}
+					r.t.Release()
+				default:
+					t.Fatal("a's newcomer was not granted the slot after b's turn")
+				}
+				a2.Release()
+			})
+		})
+	}
+}
+
+// With one tenant a refusal holds nothing back: the next request takes
+// the slot that frees, as before tenants existed.
+func TestOneTenantRefusalReservesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refuse := true
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: Hooks{Gate: gateFunc(func(r Request, s State) (bool, time.Duration) {
+			return !refuse, 30 * time.Second
+		})}})
+		held, _ := l.Acquire(t.Context(), Request{})
+		time.Sleep(time.Second)
+		_, err := l.Acquire(t.Context(), Request{})
+		if re := AsReject(err); re == nil || re.RetryAfter != 30*time.Second {
+			t.Fatalf("%v, want the Gate's refusal and Retry-After", err)
+		}
+		refuse = false
+		next := acquireAsync(t.Context(), l, Request{})
+		synctest.Wait()
+		held.Release()
+		synctest.Wait()
+		select {
+		case r := <-next:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			r.t.Release()
+		default:
+			t.Fatal("the next request did not take the free slot")
+		}
+	})
+}
+
+// A tenant forgotten for want of room (Fairness.MaxTenants) holds
+// nothing back: its return finds a new flow, which could not take the
+// slot kept for the old one.
+func TestForgottenTenantHoldsNothingBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refuse := true
+		l := NewLimiter(Config{Limit: 3, MaxQueue: 10, Fairness: Fairness{MaxTenants: 2}, Hooks: Hooks{Gate: gateFunc(func(r Request, s State) (bool, time.Duration) {
+			return !refuse, 30 * time.Second
+		})}})
+		var as []*Ticket
+		for range 3 {
+			a, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+			as = append(as, a)
+		}
+		time.Sleep(2 * time.Second)
+		if _, err := l.Acquire(t.Context(), Request{Tenant: "b"}); !errors.Is(err, ErrDeadline) {
+			t.Fatalf("b: %v, want a deadline refusal", err)
+		}
+		refuse = false
+		as[0].Release()
+		c, err := l.Acquire(t.Context(), Request{Tenant: "c"}) // b, idle, is forgotten for c
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		a := acquireAsync(t.Context(), l, Request{Tenant: "a"})
+		synctest.Wait()
+		select {
+		case r := <-a:
+			if r.err != nil {
+				t.Fatal(r.err)
+			}
+			r.t.Release()
+		default:
+			t.Fatal("a slot was kept for a forgotten tenant")
+		}
+		for _, a := range as[1:] {
+			a.Release()
+		}
+	})
+}

@@ -177,9 +177,10 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		l.mu.Lock()
 		first := l.queue.next() == w
 		pos := l.queue.positionOf(w)
-		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow.key.class) < l.limit && !l.draining && l.leaveLocked(w) {
+		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow) < l.limit && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one running, it does not refuse.
+			l.consumeLocked(w.flow, false)
 			w.ticket = l.grantLocked(time.Now(), w.enqueued, w.flow)
 			l.mu.Unlock()
 			return w.ticket, nil
@@ -219,9 +220,12 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
 	}
 	f := l.queue.flowFor(req.Class, req.Tenant)
-	if l.queue.waitingAtOrAbove(f.key.class) == 0 && l.mayGrantClassLocked(now, f.key.class) {
-		// Perhaps a refused request come back: its reservation ends.
-		l.consumeLocked(f.key.class)
+	if (l.queue.waitingAtOrAbove(f.key.class) == 0 || (l.ownReservationLocked(now, f) && l.queue.first(f))) &&
+		l.mayGrantFlowLocked(now, f) {
+		// Perhaps a refused request come back: its reservation ends. (A
+		// tenant's slot held back from the waiters it goes before is its
+		// own to take, see reserveLocked.)
+		l.consumeLocked(f, true)
 		return l.grantLocked(now, start, f), nil, State{}, false
 	}
 	st = l.stateLocked(now, l.queue.position(f))
@@ -332,10 +336,11 @@ func (l *Limiter) endPrefillLocked(t *Ticket) bool {
 func (l *Limiter) wakeLocked(now time.Time) {
 	for l.queue.n > 0 && l.mayGrantLocked(now) {
 		w := l.queue.next()
-		if !l.mayGrantClassLocked(now, w.flow.key.class) {
-			break // the free slots are held back for a higher class
+		if !l.mayGrantFlowLocked(now, w.flow) {
+			break // the free slots are held back for a higher class or a tenant before it
 		}
 		l.queue.remove(w)
+		l.consumeLocked(w.flow, false) // a tenant's refused request come back and queued
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow)
 		close(w.ready)
 	}

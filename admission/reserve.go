@@ -2,10 +2,13 @@ package admission
 
 import "time"
 
-// reservation is a slot held back from lower classes for a refused
-// request of class class, told to come back by until.
+// reservation is a slot held back for a refused request, told to come
+// back by until: from the classes below class, and, when flow is set (a
+// tenant under its share, see underShareLocked), from the tenants of its
+// class it goes before (see aheadOf).
 type reservation struct {
 	class int
+	flow  *flow
 	until time.Time
 }
 
@@ -14,16 +17,19 @@ type reservation struct {
 // reserved for its return.
 const reserveGrace = 500 * time.Millisecond
 
-// reserveLocked holds a slot back from the classes below class until the
-// refused request returns (after retry): a request of a higher class that
-// was told to wait is demand the slot must keep for, or a lower class
-// would take it at once and the returning request would find it held for
-// a whole generation. At most limit slots are held back, for the requests
-// due back first: a new reservation replaces the one that ends last if it
-// ends sooner. The lowest class reserves nothing (nothing is below it).
-func (l *Limiter) reserveLocked(now time.Time, class int, retry time.Duration) {
-	class = l.queue.classOf(class)
-	if class == len(l.queue.classes)-1 || retry <= 0 {
+// reserveLocked holds a slot back for the return (after retry) of a
+// refused request of flow f: a request that was told to wait is demand
+// the slot must keep for, or a request that ranks below it would take the
+// slot at once and the returning request would find it held for a whole
+// generation. It is held back from the classes below f's, and, when
+// tenant is set, from the tenants of f's class that f goes before. At
+// most limit slots are held back, for the requests due back first: a new
+// reservation replaces the one that ends last if it ends sooner. A
+// request of the lowest class reserves only as a tenant under its share
+// (nothing is below it).
+func (l *Limiter) reserveLocked(now time.Time, f *flow, tenant bool, retry time.Duration) {
+	class := f.key.class
+	if (class == len(l.queue.classes)-1 && !tenant) || retry <= 0 {
 		return
 	}
 	l.dropExpiredLocked(now)
@@ -40,13 +46,20 @@ func (l *Limiter) reserveLocked(now time.Time, class int, retry time.Duration) {
 		}
 		l.reserved = append(l.reserved[:last], l.reserved[last+1:]...)
 	}
-	l.reserved = append(l.reserved, reservation{class: class, until: until})
+	r := reservation{class: class, until: until}
+	if tenant {
+		r.flow = f
+	}
+	l.reserved = append(l.reserved, r)
 }
 
+// dropExpiredLocked drops the reservations that ended, and those of a
+// tenant whose flow was forgotten (see flowFor): its return finds a new
+// flow, which cannot consume them.
 func (l *Limiter) dropExpiredLocked(now time.Time) {
 	kept := l.reserved[:0]
 	for _, r := range l.reserved {
-		if r.until.After(now) {
+		if r.until.After(now) && (r.flow == nil || l.queue.flows[r.flow.key] == r.flow) {
 			kept = append(kept, r)
 		}
 	}
@@ -54,27 +67,75 @@ func (l *Limiter) dropExpiredLocked(now time.Time) {
 	l.reserved = kept
 }
 
-// heldForLocked counts the slots held back from class: those reserved by
-// a higher class.
-func (l *Limiter) heldForLocked(now time.Time, class int) int {
+// heldForLocked counts the slots held back from flow f: those reserved by
+// a higher class, and by a tenant of f's class that goes before f.
+func (l *Limiter) heldForLocked(now time.Time, f *flow) int {
 	l.dropExpiredLocked(now)
 	n := 0
 	for _, r := range l.reserved {
-		if r.class < class {
+		if r.class < f.key.class || (r.flow != nil && r.flow != f && r.class == f.key.class && aheadOf(r.flow, f, 0)) {
 			n++
 		}
 	}
 	return n
 }
 
-// consumeLocked ends one reservation of class (the earliest to end): a
-// request of that class was granted a slot, as the one refused would have
-// been on its return.
-func (l *Limiter) consumeLocked(class int) {
+// aheadOf reports whether tenant flow a, counted as running extra more
+// requests, ranks before flow b of its class for a slot as a tenant under
+// its share: its counter is no higher than b's (a counter lower than
+// another's is no claim by itself, since idle time is no credit: a flow
+// that starts waiting is lifted to the smallest counter, see push), and
+// it runs fewer requests per weight.
+func aheadOf(a, b *flow, extra int) bool {
+	return a.vtc <= b.vtc && float64(a.running+extra)/a.weight < float64(b.running)/b.weight
+}
+
+// underShareLocked reports whether a refused request of flow f holds a
+// slot back from the tenants of its class: f goes before (aheadOf, counting
+// the slots it holds reserved already and the one it asks for) at least
+// one other tenant of its class that runs or waits.
+func (l *Limiter) underShareLocked(f *flow) bool {
+	own := 0
+	for _, r := range l.reserved {
+		if r.flow == f {
+			own++
+		}
+	}
+	for _, g := range l.queue.flows {
+		if g != f && g.key.class == f.key.class && (g.running > 0 || g.waiters.Len() > 0) && aheadOf(f, g, own+1) {
+			return true
+		}
+	}
+	return false
+}
+
+// ownReservationLocked reports whether f holds a live tenant reservation.
+func (l *Limiter) ownReservationLocked(now time.Time, f *flow) bool {
+	l.dropExpiredLocked(now)
+	for _, r := range l.reserved {
+		if r.flow == f {
+			return true
+		}
+	}
+	return false
+}
+
+// consumeLocked ends one reservation of f (the earliest to end): a request
+// of f was granted a slot, as the one refused would have been on its
+// return. It takes f's own (tenant) reservation first, else, when class
+// is set, one of its class's.
+func (l *Limiter) consumeLocked(f *flow, class bool) {
 	at := -1
 	for i, r := range l.reserved {
-		if r.class == class && (at < 0 || r.until.Before(l.reserved[at].until)) {
+		if r.flow == f && (at < 0 || r.until.Before(l.reserved[at].until)) {
 			at = i
+		}
+	}
+	if at < 0 && class {
+		for i, r := range l.reserved {
+			if r.class == f.key.class && r.flow == nil && (at < 0 || r.until.Before(l.reserved[at].until)) {
+				at = i
+			}
 		}
 	}
 	if at >= 0 {
@@ -82,11 +143,11 @@ func (l *Limiter) consumeLocked(class int) {
 	}
 }
 
-// mayGrantClassLocked reports whether a request of class may take a slot
-// now: one is free beyond those held back for higher classes, and pacing
-// lets one more prefill start.
-func (l *Limiter) mayGrantClassLocked(now time.Time, class int) bool {
-	return l.mayGrantLocked(now) && l.runningLocked()+l.heldForLocked(now, l.queue.classOf(class)) < l.limit
+// mayGrantFlowLocked reports whether a request of flow f may take a slot
+// now: one is free beyond those held back from it, and pacing lets one
+// more prefill start.
+func (l *Limiter) mayGrantFlowLocked(now time.Time, f *flow) bool {
+	return l.mayGrantLocked(now) && l.runningLocked()+l.heldForLocked(now, f) < l.limit
 }
 
 // armReserveLocked arms the reservation timer when the next waiter is held
@@ -95,7 +156,7 @@ func (l *Limiter) armReserveLocked(now time.Time) {
 	if l.reserveTimer != nil || l.queue.n == 0 || !l.mayGrantLocked(now) {
 		return
 	}
-	if w := l.queue.next(); l.mayGrantClassLocked(now, w.flow.key.class) || len(l.reserved) == 0 {
+	if w := l.queue.next(); l.mayGrantFlowLocked(now, w.flow) || len(l.reserved) == 0 {
 		return // not held by a reservation (dropped the expired ones)
 	}
 	first := l.reserved[0].until
@@ -113,12 +174,35 @@ func (l *Limiter) armReserveLocked(now time.Time) {
 }
 
 // noteRefusal reserves a slot for a refused request's return (see
-// reserveLocked); call it without the lock held.
+// reserveLocked); call it without the lock held. A tenant under its share
+// goes before the tenants it holds the slot back from, so its wait is
+// for the next slot free for it: its Retry-After is at most the
+// limiter's own estimate of that (EstimateRetryAfter at the place after
+// the slots already held back for it or for others before it).
 func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	if re.Err == ErrDraining {
 		return
 	}
+	now := time.Now()
 	l.mu.Lock()
-	l.reserveLocked(time.Now(), req.Class, re.RetryAfter)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	f := l.queue.flows[flowKey{l.queue.classOf(req.Class), req.Tenant}]
+	if f == nil {
+		return // forgotten (too many tenants): nothing to reserve for
+	}
+	l.dropExpiredLocked(now)
+	tenant := l.underShareLocked(f)
+	if tenant {
+		ahead := l.heldForLocked(now, f)
+		for _, r := range l.reserved {
+			if r.flow == f {
+				ahead++
+			}
+		}
+		pos := max(1, ahead+1-(l.limit-l.runningLocked()))
+		if d := EstimateRetryAfter(l.stateLocked(now, pos)); d > 0 {
+			re.RetryAfter = min(re.RetryAfter, d)
+		}
+	}
+	l.reserveLocked(now, f, tenant, re.RetryAfter)
 }
