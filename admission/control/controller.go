@@ -335,23 +335,22 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	clear(c.failed)     // what failed before may work now, and vice versa
 	clear(c.probes)
 	c.idle = decayed{}
-	// A shift of engine TTFT makes what was measured of it, and the
-	// goodput and attainment measured at each cap, a different regime's:
+	clear(c.dwell)    // goodput measured in the old regime
+	clear(c.measured) // and attainment
+	// A shift of engine TTFT makes the samples of it a different regime's:
 	// they are forgotten. A shift of the time per token keeps them. The
 	// step time follows the KV cache of the requests running, so with
 	// heavy-tailed prompts a few long ones move it by a third and more for
-	// as long as they run, and the detector fires every minute or so
-	// (scenario 12, seed 1: 12 shifts in 13 minutes); forgetting then left the
-	// next few first tokens, the long prompt's neighbours, to predict
-	// every level (attainment 0 everywhere, the cap halved to 1), and the
-	// feedback that would have corrected it was gone too. Engine TTFT
-	// samples are measurements, moved between levels along the TTFT curve,
-	// which follows the step; a lasting slowdown of the step (scenario 5)
-	// replaces them and the measured feedback within the model's memory,
-	// and slows prefills too, which the TTFT detector sees.
+	// as long as they run, and the detector fires about every minute
+	// (scenario 12, seed 1: 12 shifts in 13 minutes); forgetting the
+	// samples then left the next few first tokens, the long prompt's
+	// neighbours, to predict every level (attainment 0 everywhere, the cap
+	// halved to 1). The samples are measurements, moved between levels
+	// along the TTFT curve, which follows the step. (Keeping the measured
+	// goodput and attainment across a step shift as well helped scenario
+	// 12 more but slowed the re-convergence after a real slowdown or
+	// longer prompts, scenarios 4 and 5, on most seeds.)
 	if cv == c.ttft {
-		clear(c.dwell)
-		clear(c.measured)
 		c.ttftR.reset()
 		c.ttftSamples.reset()
 	}

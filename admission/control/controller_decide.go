@@ -279,7 +279,7 @@ func (c *Controller) holdReason(pl plan) string {
 
 // learning reports whether the controller is still learning: adaptive,
 // and no level has dwelt under demand long enough for its measured
-// goodput to count (dwell is cleared by a detected shift of engine TTFT).
+// goodput to count (dwell is cleared by a detected shift).
 func (c *Controller) learning() bool {
 	if c.cfg.Fixed {
 		return false

@@ -32,8 +32,8 @@ type ControllerStatus struct {
 	PrefillLimit int `json:"prefill_limit"`
 	// Learning is true while no level has been measured under demand
 	// long enough for its goodput to count (20 s; again after a detected
-	// shift of engine TTFT): the cap grows as fast as the model allows,
-	// and the reason says so.
+	// shift): the cap grows as fast as the model allows, and the reason
+	// says so.
 	Learning   bool      `json:"learning"`
 	Reason     string    `json:"reason"`
 	ChangedAt  time.Time `json:"changed_at,omitzero"`
