@@ -51,7 +51,7 @@ type Check struct {
 // scenario ID and the start of their text (see docs/scenarios.md for by
 // how much each is missed). None now: scenario 12's ratio to the oracle,
 // the last of issue 14, is enforced since a shift of the time per token
-// no longer forgets what was measured (docs/scenarios.md, issue 14).
+// keeps the engine TTFT samples (docs/scenarios.md, issue 14).
 var advisory = map[int][]string{}
 
 func isAdvisory(id int, what string) bool {
