@@ -43,24 +43,9 @@ type Check struct {
 	What string `json:"what"`
 	OK   bool   `json:"ok"`
 	// Reported is set on a threshold that is printed but not enforced,
-	// with the reason (see reportedOnly and mixRow).
+	// with the reason (see mixRow): every threshold of scenarios 1-13 is
+	// enforced.
 	Reported string `json:"reported,omitempty"`
-}
-
-// reportedOnly lists the thresholds of issue 14 that are printed but not
-// enforced, by scenario ID and the start of their text, with the reason
-// (docs/scenarios.md says by how much each is missed).
-var reportedOnly = map[int]map[string]string{
-	12: {"adaptive >= 0.9 x oracle": "not enforced: on heavy-tailed lengths the controller reaches about 0.84 of the oracle, see docs/scenarios.md"},
-}
-
-func notEnforced(id int, what string) string {
-	for p, why := range reportedOnly[id] {
-		if strings.HasPrefix(what, p) {
-			return why
-		}
-	}
-	return ""
 }
 
 // Rows computes the table.
@@ -106,7 +91,7 @@ func (s *Suite) row(sc Scenario) Row {
 	}
 	add := func(ok bool, format string, args ...any) {
 		what := fmt.Sprintf(format, args...)
-		row.Checks = append(row.Checks, Check{What: what, OK: ok, Reported: notEnforced(id, what)})
+		row.Checks = append(row.Checks, Check{What: what, OK: ok})
 	}
 	if sc.MaxSweptCap > 0 {
 		add(row.OracleCap < sc.MaxSweptCap, "oracle cap %d inside the swept caps (at most %d)", row.OracleCap, sc.MaxSweptCap)

@@ -337,11 +337,23 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	c.idle = decayed{}
 	clear(c.dwell)    // goodput measured in the old regime
 	clear(c.measured) // and attainment
-	// The engine TTFT spread was measured against the old model; the TPOT
-	// spread (time per token over the decode step) holds across a shift
-	// that scales the step, and is kept.
-	c.ttftR.reset()
-	c.ttftSamples.reset()
+	// A shift of engine TTFT makes the samples of it a different regime's:
+	// they are forgotten. A shift of the time per token keeps them. The
+	// step time follows the KV cache of the requests running, so with
+	// heavy-tailed prompts a few long ones move it by a third and more for
+	// as long as they run, and the detector fires about every minute
+	// (scenario 12, seed 1: 12 shifts in 13 minutes); forgetting the
+	// samples then left the next few first tokens, the long prompt's
+	// neighbours, to predict every level (attainment 0 everywhere, the cap
+	// halved to 1). The samples are measurements, moved between levels
+	// along the TTFT curve, which follows the step. (Keeping the measured
+	// goodput and attainment across a step shift as well helped scenario
+	// 12 more but slowed the re-convergence after a real slowdown or
+	// longer prompts, scenarios 4 and 5, on most seeds.)
+	if cv == c.ttft {
+		c.ttftR.reset()
+		c.ttftSamples.reset()
+	}
 	c.shifts++
 	c.shiftAt = now
 	if cv == c.gap {
