@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -62,21 +61,19 @@ func validLabel(s string) bool {
 func ParseClasses(s string) ([]ClassSpec, error) {
 	var out []ClassSpec
 	seen := map[string]bool{}
-	for part := range strings.SplitSeq(s, ";") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	err := eachEntry(s, 16, "classes", func(part string) error {
 		name, opts, _ := strings.Cut(part, ":")
 		c := ClassSpec{Name: strings.TrimSpace(name)}
 		if !validLabel(c.Name) {
-			return nil, fmt.Errorf("class name %q: want 1-%d letters, digits or -_.:", c.Name, maxLabel)
+			return fmt.Errorf("class name %q: want 1-%d letters, digits or -_.:", c.Name, maxLabel)
 		}
 		if seen[c.Name] {
-			return nil, fmt.Errorf("class %q named twice", c.Name)
+			return fmt.Errorf("class %q named twice", c.Name)
 		}
 		seen[c.Name] = true
-		err := eachOption(opts, func(k, v string) error {
+		out = append(out, c)
+		return eachOption(opts, func(k, v string) error {
+			c := &out[len(out)-1]
 			switch k {
 			case "ttft", "tpot", "e2e":
 				d, err := time.ParseDuration(v)
@@ -92,8 +89,8 @@ func ParseClasses(s string) ([]ClassSpec, error) {
 					c.Targets.E2E, c.Set.E2E = d, true
 				}
 			case "queue":
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil || !(f > 0 && f <= 1) {
+				f, ok := parsePositive(v, 1)
+				if !ok {
 					return fmt.Errorf("class %q: queue=%q: want a share in (0, 1]", c.Name, v)
 				}
 				c.QueueShare = f
@@ -102,13 +99,9 @@ func ParseClasses(s string) ([]ClassSpec, error) {
 			}
 			return nil
 		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if len(out) > 16 {
-		return nil, errors.New("at most 16 classes")
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -123,11 +116,7 @@ func ParseClasses(s string) ([]ClassSpec, error) {
 func ParseTenants(s string) ([]TenantSpec, error) {
 	var out []TenantSpec
 	seen := map[string]bool{}
-	for part := range strings.SplitSeq(s, ";") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
+	err := eachEntry(s, 10000, "tenants", func(part string) error {
 		name, opts, _ := strings.Cut(part, ":")
 		if strings.HasPrefix(part, "key:") { // a hashed key's name holds a colon
 			k, rest, _ := strings.Cut(part[len("key:"):], ":")
@@ -135,14 +124,16 @@ func ParseTenants(s string) ([]TenantSpec, error) {
 		}
 		t := TenantSpec{Name: strings.TrimSpace(name)}
 		if !validLabel(t.Name) || seen[t.Name] {
-			return nil, fmt.Errorf("tenant name %q: want 1-%d letters, digits or -_.:, each once", t.Name, maxLabel)
+			return fmt.Errorf("tenant name %q: want 1-%d letters, digits or -_.:, each once", t.Name, maxLabel)
 		}
 		seen[t.Name] = true
-		err := eachOption(opts, func(k, v string) error {
+		out = append(out, t)
+		return eachOption(opts, func(k, v string) error {
+			t := &out[len(out)-1]
 			switch k {
 			case "weight":
-				f, err := strconv.ParseFloat(v, 64)
-				if err != nil || !(f > 0 && f <= 1000) {
+				f, ok := parsePositive(v, 1000)
+				if !ok {
 					return fmt.Errorf("tenant %q: weight=%q: want a number in (0, 1000]", t.Name, v)
 				}
 				t.Weight = f
@@ -153,15 +144,35 @@ func ParseTenants(s string) ([]TenantSpec, error) {
 			}
 			return nil
 		})
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	if len(out) > 10000 {
-		return nil, errors.New("at most 10000 tenants")
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// eachEntry calls f for each non-empty entry of a ";"-separated list, and
+// refuses more than most of them (what names them in the error).
+func eachEntry(s string, most int, what string, f func(entry string) error) error {
+	n := 0
+	for part := range strings.SplitSeq(s, ";") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		if n++; n > most {
+			return fmt.Errorf("at most %d %s", most, what)
+		}
+		if err := f(part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parsePositive parses a number in (0, most].
+func parsePositive(v string, most float64) (float64, bool) {
+	f, err := strconv.ParseFloat(v, 64)
+	return f, err == nil && f > 0 && f <= most
 }
 
 // eachOption calls f for each "key=value" of a comma-separated list.
