@@ -78,6 +78,9 @@ type classQueue struct {
 	bound  int     // waiters this class may have
 	n      int     // waiters now
 	active []*flow // flows with waiters
+	// busy holds the flows with requests running or waiting: at most the
+	// cap plus the queue, however many tenants are known.
+	busy map[*flow]struct{}
 	// counted refusals and grants, for ClassStats
 	granted, shed int64
 }
@@ -98,7 +101,7 @@ func newFairQueue(classes []ClassConfig, maxQueue int, f Fairness) *fairQueue {
 		if share <= 0 || share > 1 {
 			share = 1
 		}
-		q.classes = append(q.classes, classQueue{cfg: c, bound: max(int(share*float64(maxQueue)+0.5), min(maxQueue, 1))})
+		q.classes = append(q.classes, classQueue{cfg: c, bound: max(int(share*float64(maxQueue)+0.5), min(maxQueue, 1)), busy: map[*flow]struct{}{}})
 	}
 	q.lru.Init()
 	return q
@@ -209,6 +212,7 @@ func (q *fairQueue) push(w *waiter) {
 	w.elem = f.waiters.PushBack(w)
 	cq.n++
 	q.n++
+	cq.track(f)
 }
 
 // remove takes w out of the queue.
@@ -222,6 +226,17 @@ func (q *fairQueue) remove(w *waiter) {
 		if i := slices.Index(cq.active, f); i >= 0 {
 			cq.active = slices.Delete(cq.active, i, i+1)
 		}
+	}
+	cq.track(f)
+}
+
+// track keeps f in the class's busy set while it has requests running or
+// waiting.
+func (cq *classQueue) track(f *flow) {
+	if f.running > 0 || f.waiters.Len() > 0 {
+		cq.busy[f] = struct{}{}
+	} else {
+		delete(cq.busy, f)
 	}
 }
 
@@ -282,13 +297,16 @@ func (q *fairQueue) charge(f *flow) float64 {
 	f.vtc += est / f.weight
 	f.running++
 	f.granted++
-	q.classes[f.key.class].granted++
+	cq := &q.classes[f.key.class]
+	cq.granted++
+	cq.track(f)
 	return est
 }
 
 // settle replaces a grant's charge by the tokens served.
 func (q *fairQueue) settle(f *flow, charged float64, prompt, output int) {
 	f.running--
+	q.classes[f.key.class].track(f)
 	if prompt <= 0 && output <= 0 {
 		return // nothing known (refused upstream, cancelled): the estimate stands
 	}
@@ -415,8 +433,10 @@ func (l *Limiter) Classes() []ClassStats {
 	for i, cq := range l.queue.classes {
 		out[i] = ClassStats{Name: cq.cfg.Name, Queued: cq.n, Granted: cq.granted, Shed: cq.shed}
 	}
-	for _, f := range l.queue.flows {
-		out[f.key.class].Running += f.running
+	for i, cq := range l.queue.classes {
+		for f := range cq.busy {
+			out[i].Running += f.running
+		}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -382,4 +383,33 @@ func TestForgottenTenantHoldsNothingBack(t *testing.T) {
 			a.Release()
 		}
 	})
+}
+
+// BenchmarkRefusalManyTenants is the refusal of a tenant that holds every
+// slot while DefaultMaxTenants other tenants are known and idle: the case
+// a client that picks its own tenant header can make as costly as it
+// likes, checked once per refused request under the limiter's lock.
+func BenchmarkRefusalManyTenants(b *testing.B) {
+	l := NewLimiter(Config{Limit: 16, MaxQueue: 0})
+	ctx := context.Background()
+	for i := range DefaultMaxTenants - 1 {
+		t, err := l.Acquire(ctx, Request{Tenant: fmt.Sprintf("t%d", i)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		t.Served(100, 100)
+		t.Release()
+	}
+	for range 16 {
+		if _, err := l.Acquire(ctx, Request{Tenant: "big"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := l.Acquire(ctx, Request{Tenant: "big"}); AsReject(err) == nil {
+			b.Fatalf("err = %v, want a refusal", err)
+		}
+	}
 }

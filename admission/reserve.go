@@ -93,7 +93,8 @@ func aheadOf(a, b *flow, extra int) bool {
 // underShareLocked reports whether a refused request of flow f holds a
 // slot back from the tenants of its class: f goes before (aheadOf, counting
 // the slots it holds reserved already and the one it asks for) at least
-// one other tenant of its class that runs or waits.
+// one other tenant of its class that runs or waits (the class's busy
+// set: bounded by the cap and the queue, not by the tenants known).
 func (l *Limiter) underShareLocked(f *flow) bool {
 	own := 0
 	for _, r := range l.reserved {
@@ -101,8 +102,8 @@ func (l *Limiter) underShareLocked(f *flow) bool {
 			own++
 		}
 	}
-	for _, g := range l.queue.flows {
-		if g != f && g.key.class == f.key.class && (g.running > 0 || g.waiters.Len() > 0) && aheadOf(f, g, own+1) {
+	for g := range l.queue.classes[f.key.class].busy {
+		if g != f && aheadOf(f, g, own+1) {
 			return true
 		}
 	}
