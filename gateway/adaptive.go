@@ -30,15 +30,16 @@ var (
 
 // newAdaptive builds the gateway's controller from its configuration:
 // the targets, KNEECAP_SLO_PERCENTILE, KNEECAP_MIN_CAP, KNEECAP_MAX_CAP,
-// KNEECAP_INITIAL_CAP, KNEECAP_MAX_QUEUE_WAIT (the operator's bound wins
-// over the deadline check, see control.ControllerConfig.MaxQueueWait) and
-// KNEECAP_PREFILL_PACING; fixed at KNEECAP_MAX_CONCURRENCY when set.
+// KNEECAP_INITIAL_CAP and KNEECAP_PREFILL_PACING; fixed at
+// KNEECAP_MAX_CONCURRENCY when set. A request's queue bound reaches the
+// deadline check with the request (admission.Request.MaxWait; see
+// control.Controller.Admit).
 func newAdaptive(h Host, onChange func(time.Time, control.Decision)) (*adaptive, error) {
 	t := h.Config.Targets()
 	cc := control.ControllerConfig{
 		TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
 		Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
-		NoPacing: !h.Config.PrefillPacing, MaxQueueWait: h.Config.MaxQueueWait,
+		NoPacing:   !h.Config.PrefillPacing,
 		InitialCap: h.Config.InitialCap,
 	}
 	if n := h.Config.MaxConcurrency; n > 0 {

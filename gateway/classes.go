@@ -24,6 +24,9 @@ type ClassSpec struct {
 	// QueueShare is the share of KNEECAP_MAX_QUEUE its waiters may take
 	// (0 means all of it).
 	QueueShare float64
+	// MaxWait bounds the time its requests may wait in the queue, in place
+	// of KNEECAP_MAX_QUEUE_WAIT; 0 means not set.
+	MaxWait time.Duration
 }
 
 // TenantSpec is one tenant as KNEECAP_TENANTS sets it.
@@ -55,9 +58,11 @@ func validLabel(s string) bool {
 // ParseClasses parses KNEECAP_CLASSES: classes separated by ";", highest
 // priority first, each "name" or "name:key=value,...". Keys: ttft, tpot,
 // e2e (durations; 0 is no bound; an absent key keeps the operator's
-// target) and queue (the class's share of the queue, in (0, 1]).
+// target), queue (the class's share of the queue, in (0, 1]) and wait
+// (the class's bound on a request's time in the queue, at most 24h, in
+// place of KNEECAP_MAX_QUEUE_WAIT; 0 or absent is not set).
 //
-//	interactive:ttft=1s,tpot=100ms;batch:ttft=0,tpot=0,e2e=30m,queue=0.5
+//	interactive:ttft=1s,tpot=100ms;batch:ttft=0,tpot=0,e2e=30m,queue=0.5,wait=5m
 func ParseClasses(s string) ([]ClassSpec, error) {
 	var out []ClassSpec
 	seen := map[string]bool{}
@@ -94,8 +99,14 @@ func ParseClasses(s string) ([]ClassSpec, error) {
 					return fmt.Errorf("class %q: queue=%q: want a share in (0, 1]", c.Name, v)
 				}
 				c.QueueShare = f
+			case "wait":
+				d, err := time.ParseDuration(v)
+				if err != nil || d < 0 || d > 24*time.Hour {
+					return fmt.Errorf("class %q: wait=%q: want a duration between 0 and 24h", c.Name, v)
+				}
+				c.MaxWait = d
 			default:
-				return fmt.Errorf("class %q: unknown key %q (want ttft, tpot, e2e, queue)", c.Name, k)
+				return fmt.Errorf("class %q: unknown key %q (want ttft, tpot, e2e, queue, wait)", c.Name, k)
 			}
 			return nil
 		})
@@ -268,7 +279,7 @@ func (c *classes) classify(h http.Header) (proxy.Class, error) {
 		}
 	}
 	s := c.specs[i]
-	pc := proxy.Class{Index: i, Name: s.Name, Tenant: tenant}
+	pc := proxy.Class{Index: i, Name: s.Name, Tenant: tenant, MaxWait: s.MaxWait}
 	if s.Set.TTFT || s.Set.TPOT || s.Set.E2E {
 		pc.Targets, pc.HasTargets = c.op, true
 		if s.Set.TTFT {

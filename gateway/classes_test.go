@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/proxy/proxytest"
@@ -151,6 +152,21 @@ func TestParseClassesAndTenants(t *testing.T) {
 	if err != nil || len(cs) != 2 || cs[1].Name != "batch" || !cs[1].Set.TTFT || cs[1].Targets.TTFT != 0 || cs[1].Targets.E2E.Minutes() != 30 || cs[1].QueueShare != 0.5 || cs[0].Set.E2E {
 		t.Fatalf("classes %+v, %v", cs, err)
 	}
+	cs, err = ParseClasses("chat:wait=2s;batch:ttft=0,wait=30m;bulk:wait=0")
+	if err != nil || len(cs) != 3 || cs[0].MaxWait != 2*time.Second || cs[1].MaxWait != 30*time.Minute || cs[2].MaxWait != 0 || cs[0].Set.TTFT {
+		t.Fatalf("classes %+v, %v", cs, err)
+	}
+	for in, want := range map[string]string{
+		"batch:wait=25h":       `class "batch": wait="25h": want a duration between 0 and 24h`,
+		"batch:wait=-1s":       `class "batch": wait="-1s": want a duration between 0 and 24h`,
+		"batch:wait=soon":      `class "batch": wait="soon": want a duration between 0 and 24h`,
+		"batch:wait=":          `class "batch": wait="": want a duration between 0 and 24h`,
+		"batch:ttft=0,speed=9": `class "batch": unknown key "speed" (want ttft, tpot, e2e, queue, wait)`,
+	} {
+		if _, err := ParseClasses(in); err == nil || err.Error() != want {
+			t.Errorf("ParseClasses(%q): %v, want %s", in, err, want)
+		}
+	}
 	ts, err := ParseTenants("team-a:weight=2;team-b;key:0123456789abcdef:weight=0.5,class=batch")
 	if err != nil || len(ts) != 3 || ts[0].Weight != 2 || ts[2].Name != "key:0123456789abcdef" || ts[2].Class != "batch" {
 		t.Fatalf("tenants %+v, %v", ts, err)
@@ -160,13 +176,14 @@ func TestParseClassesAndTenants(t *testing.T) {
 func FuzzParseClasses(f *testing.F) {
 	f.Add("chat:ttft=1s,tpot=100ms;batch:ttft=0,queue=0.5")
 	f.Add(";;a:;b:queue=1")
+	f.Add("a:wait=2s;b:ttft=0,wait=0")
 	f.Fuzz(func(t *testing.T, s string) {
 		cs, err := ParseClasses(s)
 		if err != nil {
 			return
 		}
 		for _, c := range cs {
-			if !validLabel(c.Name) || c.QueueShare < 0 || c.QueueShare > 1 {
+			if !validLabel(c.Name) || c.QueueShare < 0 || c.QueueShare > 1 || c.MaxWait < 0 || c.MaxWait > 24*time.Hour {
 				t.Fatalf("accepted %+v from %q", c, s)
 			}
 		}

@@ -51,13 +51,15 @@ type Config struct {
 	MaxConcurrency int `env:"MAX_CONCURRENCY"`
 	// MaxQueue bounds the requests waiting for a slot; 0 means no queue.
 	MaxQueue int `env:"MAX_QUEUE" envDefault:"1024"`
-	// MaxQueueWait bounds a request's time in the queue; zero means the
-	// request's own TTFT target (it would miss it anyway), and the adaptive
-	// controller refuses at once a request predicted to miss that target.
-	// Set longer than a request's TTFT target, it wins: the request may
-	// wait up to it (missing its first-token target rather than being
-	// refused, for clients that cannot retry), and is refused at once only
-	// when predicted to wait longer.
+	// MaxQueueWait bounds a request's time in the queue, unless its class
+	// sets its own wait (see ParseClasses); zero means the request's own
+	// TTFT target, or its E2E target when it has no TTFT target (it would
+	// miss it anyway), and the adaptive controller refuses at once a
+	// request predicted to miss its TTFT target. Set longer than a
+	// request's TTFT target, the bound wins: the request may wait up to it
+	// (missing its first-token target rather than being refused, for
+	// clients that cannot retry), and is refused at once only when
+	// predicted to wait longer.
 	MaxQueueWait time.Duration `env:"MAX_QUEUE_WAIT"`
 	// FirstTokenTimeout bounds forwarding to first output of a streamed
 	// request (504, or an SSE error event after headers); 0 disables it.

@@ -82,6 +82,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"class named twice", []string{up, "KNEECAP_CLASSES=chat;chat"}, "KNEECAP_CLASSES"},
 		{"class queue share past 1", []string{up, "KNEECAP_CLASSES=chat;batch:queue=2"}, "KNEECAP_CLASSES"},
 		{"class name with a space", []string{up, "KNEECAP_CLASSES=my chat"}, "KNEECAP_CLASSES"},
+		{"class wait past 24h", []string{up, "KNEECAP_CLASSES=chat;batch:wait=25h"}, "KNEECAP_CLASSES"},
 		{"unknown default class", []string{up, "KNEECAP_CLASSES=chat;batch", "KNEECAP_DEFAULT_CLASS=bulk"}, "KNEECAP_DEFAULT_CLASS"},
 		{"tenant of an unknown class", []string{up, "KNEECAP_CLASSES=chat", "KNEECAP_TENANTS=a:class=batch"}, "KNEECAP_TENANTS"},
 		{"tenant weight zero", []string{up, "KNEECAP_TENANTS=a:weight=0"}, "KNEECAP_TENANTS"},

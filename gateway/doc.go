@@ -27,8 +27,9 @@
 //   - adaptive.go: the gateway's own controller, an admission/control.Loop
 //     fed with the proxy's observations: adaptive with MaxConcurrency
 //     unset, fixed at it when set (it still answers the deadline check,
-//     paces prefills and computes Retry-After; a MaxQueueWait set longer
-//     than a request's TTFT target wins over the deadline check). Its
+//     paces prefills and computes Retry-After; a request's queue bound, its
+//     class's wait or MaxQueueWait, set longer than its TTFT target wins
+//     over the deadline check). Its
 //     settings (SLOPercentile, MinCap, MaxCap, InitialCap, PrefillPacing)
 //     are read and checked with the rest of Config, once.
 //   - classes.go: priority classes and tenants from KNEECAP_CLASSES,

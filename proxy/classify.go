@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
@@ -23,6 +24,9 @@ type Class struct {
 	// class may have none).
 	Targets    slo.Targets
 	HasTargets bool
+	// MaxWait, when positive, bounds the request's time in the limiter's
+	// queue in place of Config.MaxQueueWait (see Proxy.maxWait).
+	MaxWait time.Duration
 }
 
 // Classifier gives a request its Class from its headers. An error is the
@@ -50,7 +54,7 @@ func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request
 	}
 	rec.Targets, rec.Class, rec.Tenant = targets, c.Name, c.Tenant
 	return admission.Request{
-		Arrival: rec.Arrival, Targets: targets, MaxWait: p.maxWait(targets),
+		Arrival: rec.Arrival, Targets: targets, MaxWait: p.maxWait(c, targets),
 		Class: c.Index, Tenant: c.Tenant,
 	}, nil
 }

@@ -52,9 +52,11 @@ type Config struct {
 	// operator opens: relayed as they are, never admitted. A trailing "*"
 	// opens a prefix. Every other path outside the table gets a 404.
 	Passthrough []string
-	// MaxQueueWait bounds a request's time in the limiter's queue. Zero
-	// means the request's own TTFT target (after overrides): a request
-	// that waited that long would miss it anyway.
+	// MaxQueueWait bounds a request's time in the limiter's queue, unless
+	// its class sets its own bound (Class.MaxWait). Zero means the
+	// request's own TTFT target (after overrides), or its E2E target when
+	// it has no TTFT target: a request that waited that long would miss it
+	// anyway. With neither target the wait is unbounded.
 	MaxQueueWait time.Duration
 	// FirstTokenTimeout bounds the time from forwarding a streamed request
 	// to its first output chunk: 504 before the response headers, an SSE
@@ -263,11 +265,18 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 	p.pass.ServeHTTP(w, r)
 }
 
-// maxWait is a request's queue-wait bound: the operator's, or else its own
-// TTFT target (a request that waited that long would miss it anyway).
-func (p *Proxy) maxWait(t slo.Targets) time.Duration {
-	if p.cfg.MaxQueueWait > 0 {
+// maxWait is a request's queue-wait bound: its class's, else the
+// operator's, else its own TTFT target, else (no TTFT target) its E2E
+// target (a request that waited that long would miss it anyway); zero
+// (unbounded) when none is set.
+func (p *Proxy) maxWait(c Class, t slo.Targets) time.Duration {
+	switch {
+	case c.MaxWait > 0:
+		return c.MaxWait
+	case p.cfg.MaxQueueWait > 0:
 		return p.cfg.MaxQueueWait
+	case t.TTFT > 0:
+		return t.TTFT
 	}
-	return t.TTFT
+	return max(t.E2E, 0)
 }

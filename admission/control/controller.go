@@ -52,14 +52,6 @@ type ControllerConfig struct {
 	// NoPacing turns prefill pacing off: PrefillLimit is then 0 and the
 	// limiter grants any free slot at once (KNEECAP_PREFILL_PACING=false).
 	NoPacing bool
-	// MaxQueueWait is the operator's own bound on a request's time in the
-	// queue (KNEECAP_MAX_QUEUE_WAIT); zero means it is left to the targets.
-	// For a request whose TTFT target is shorter than the bound, the
-	// operator chose to trade first-token time for fewer refusals (say for
-	// clients that cannot retry): the deadline check then refuses it only
-	// when it is predicted to wait longer than the bound, not when it is
-	// predicted to miss its TTFT target (see Admit).
-	MaxQueueWait time.Duration
 	// Memory is the time constant over which the model forgets (default
 	// 60s); a detected shift cuts the old memory to a tenth of its weight.
 	Memory time.Duration

@@ -181,6 +181,41 @@ func TestAdmitDeadline(t *testing.T) {
 	}
 }
 
+// A request's own queue bound (Query.MaxWait: its class's wait, or the
+// operator's KNEECAP_MAX_QUEUE_WAIT) longer than its TTFT target wins over
+// the deadline check: a request predicted to miss its 1s target queues
+// when the bound covers its predicted wait, and is refused when even the
+// bound does not; a bound no longer than the target changes nothing. A
+// paced request with such a bound queues.
+func TestAdmitRequestQueueBoundWins(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	// As in TestAdmitDeadline: a release every 1.68s, engine TTFT 0.55s.
+	for _, tc := range []struct {
+		name   string
+		q      Query
+		wantOK bool
+	}{
+		{"bound 5s, nothing ahead", Query{Arrival: now, Targets: c.op, MaxWait: 5 * time.Second}, true},
+		{"bound 5s, 3.5s already waited", Query{Arrival: now.Add(-3500 * time.Millisecond), Targets: c.op, MaxWait: 5 * time.Second}, false},
+		{"bound 5s, 5 ahead", Query{Arrival: now, Ahead: 5, Targets: c.op, MaxWait: 5 * time.Second}, false},
+		{"bound 60s, 5 ahead", Query{Arrival: now, Ahead: 5, Targets: c.op, MaxWait: time.Minute}, true},
+		{"bound the TTFT target", Query{Arrival: now, Targets: c.op, MaxWait: c.op.TTFT}, false},
+		{"no bound", Query{Arrival: now, Targets: c.op}, false},
+		{"paced, bound 5s", Query{Arrival: now, Paced: true, Targets: c.op, MaxWait: 5 * time.Second}, true},
+		{"paced, no bound", Query{Arrival: now, Paced: true, Targets: c.op}, false},
+	} {
+		v := c.Admit(now, tc.q)
+		if v.OK != tc.wantOK || v.Raised {
+			t.Errorf("%s: %+v, want OK %v and the cap not raised", tc.name, v, tc.wantOK)
+		}
+		if !v.OK && v.RetryAfter <= 0 {
+			t.Errorf("%s: refused without a Retry-After", tc.name)
+		}
+	}
+}
+
 func TestAdmitBeforeLearningAdmitsAll(t *testing.T) {
 	c := NewController(ControllerConfig{})
 	if v := c.Admit(t0, Query{Arrival: t0, Ahead: 100, Targets: c.op}); !v.OK {

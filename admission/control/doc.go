@@ -21,7 +21,7 @@
 //     curves of the chunk gap and engine TTFT, the spreads, level-local
 //     quantiles, shift detection; model_table.go: the per-level predictions.
 //   - predict.go: the deadline check ([Controller.Admit], a [Verdict];
-//     an operator's queue bound longer than the TTFT target replaces it),
+//     a request's queue bound longer than its TTFT target replaces it),
 //     the predicted wait, the Retry-After promised to refused requests
 //     ([Controller.Promise]) and the prefill limit.
 //   - loop.go: [Loop], the control loop: a Controller bound to an

@@ -265,7 +265,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.lock()
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
-	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets}
+	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait}
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge = true, s.PrefillAge
 	}

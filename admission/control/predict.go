@@ -20,6 +20,11 @@ type Query struct {
 	// overrides applied, as the proxy hands them to the limiter. A zero
 	// TTFT is no bound: such a request is never refused for its deadline.
 	Targets slo.Targets
+	// MaxWait is the request's bound on its time in the queue, as the
+	// limiter holds it (admission.Request.MaxWait); zero is none. One
+	// longer than the TTFT target wins over the deadline check (see
+	// Admit).
+	MaxWait time.Duration
 	// Paced is true when a slot is free and the request waits only for
 	// the prefill of a request granted PrefillAge ago (see
 	// Limiter.SetPacing).
@@ -132,11 +137,12 @@ type Verdict struct {
 // budget T_ttft - engine TTFT that it may spend queued. With nothing
 // learned yet it lets everything queue.
 //
-// Where the operator set a queue bound longer than the request's TTFT
-// target (ControllerConfig.MaxQueueWait), the bound wins: the request is
-// refused at once only when
+// Where the request's queue bound (Query.MaxWait: its class's, or the
+// operator's) is longer than its TTFT target, the bound wins: the operator
+// chose to trade first-token time for fewer refusals (say for clients that
+// cannot retry), and the request is refused at once only when
 //
-//	(now - arrival) + bound(ahead) > MaxQueueWait,
+//	(now - arrival) + bound(ahead) > MaxWait,
 //
 // since the limiter would time it out anyway; otherwise it may wait up to
 // the bound and miss its TTFT target.
@@ -156,8 +162,8 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	eng := c.predictedEngineTTFT(now)
-	if c.operatorBound(t) {
-		if now.Sub(q.Arrival)+wait <= c.cfg.MaxQueueWait {
+	if queueBound(q) {
+		if now.Sub(q.Arrival)+wait <= q.MaxWait {
 			return Verdict{OK: true, Cap: c.cap}
 		}
 	} else if now.Sub(q.Arrival)+wait+eng <= t.TTFT {
@@ -180,17 +186,17 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 	}
 	eng := c.predictedEngineTTFT(now)
 	wait := max(eng-q.PrefillAge, 0)
-	if c.operatorBound(t) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
+	if queueBound(q) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
 }
 
-// operatorBound reports whether the operator's queue bound, longer than
-// the TTFT target t, decides how long a request may queue (see Admit). A
-// paced request waits at most a prefill, far below any such bound.
-func (c *Controller) operatorBound(t slo.Targets) bool {
-	return c.cfg.MaxQueueWait > 0 && c.cfg.MaxQueueWait > t.TTFT
+// queueBound reports whether the request's own queue bound, longer than
+// its TTFT target, decides how long it may queue (see Admit). A paced
+// request waits at most a prefill, far below any such bound.
+func queueBound(q Query) bool {
+	return q.MaxWait > 0 && q.MaxWait > q.Targets.TTFT
 }
 
 // PrefillLimit is how many requests may wait for their first token at once
