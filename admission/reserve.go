@@ -96,12 +96,7 @@ func aheadOf(a, b *flow, extra int) bool {
 // one other tenant of its class that runs or waits (the class's busy
 // set: bounded by the cap and the queue, not by the tenants known).
 func (l *Limiter) underShareLocked(f *flow) bool {
-	own := 0
-	for _, r := range l.reserved {
-		if r.flow == f {
-			own++
-		}
-	}
+	own := l.ownReservations(f)
 	for g := range l.queue.classes[f.key.class].busy {
 		if g != f && aheadOf(f, g, own+1) {
 			return true
@@ -113,12 +108,19 @@ func (l *Limiter) underShareLocked(f *flow) bool {
 // ownReservationLocked reports whether f holds a live tenant reservation.
 func (l *Limiter) ownReservationLocked(now time.Time, f *flow) bool {
 	l.dropExpiredLocked(now)
+	return l.ownReservations(f) > 0
+}
+
+// ownReservations counts the live tenant reservations of f (call
+// dropExpiredLocked first).
+func (l *Limiter) ownReservations(f *flow) int {
+	n := 0
 	for _, r := range l.reserved {
 		if r.flow == f {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // consumeLocked ends one reservation of f (the earliest to end): a request
@@ -194,12 +196,7 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	l.dropExpiredLocked(now)
 	tenant := l.underShareLocked(f)
 	if tenant {
-		ahead := l.heldForLocked(now, f)
-		for _, r := range l.reserved {
-			if r.flow == f {
-				ahead++
-			}
-		}
+		ahead := l.heldForLocked(now, f) + l.ownReservations(f)
 		pos := max(1, ahead+1-(l.limit-l.runningLocked()))
 		if d := EstimateRetryAfter(l.stateLocked(now, pos)); d > 0 {
 			re.RetryAfter = min(re.RetryAfter, d)

@@ -209,6 +209,7 @@ func eachOption(opts string, f func(k, v string) error) error {
 // names say. It is immutable once built.
 type classes struct {
 	specs        []ClassSpec
+	resolved     []proxy.Class // per class: its targets over the operator's, its wait (no tenant)
 	index        map[string]int
 	def          int
 	classHeader  string
@@ -230,6 +231,7 @@ func newClasses(cfg Config) *classes {
 	}
 	for i, s := range c.specs {
 		c.index[s.Name] = i
+		c.resolved = append(c.resolved, resolveClass(i, s, c.op))
 	}
 	c.def = len(c.specs) - 1 // unset: the lowest, never the highest
 	if i, ok := c.index[cfg.DefaultClass]; ok {
@@ -278,10 +280,18 @@ func (c *classes) classify(h http.Header) (proxy.Class, error) {
 			i = j
 		}
 	}
-	s := c.specs[i]
-	pc := proxy.Class{Index: i, Name: s.Name, Tenant: tenant, MaxWait: s.MaxWait}
+	pc := c.resolved[i]
+	pc.Tenant = tenant
+	return pc, nil
+}
+
+// resolveClass is what a request of class i (spec s) is given, whoever
+// sends it: the class's targets over the operator's op, field by field
+// where the class sets them, and its queue-wait bound.
+func resolveClass(i int, s ClassSpec, op slo.Targets) proxy.Class {
+	pc := proxy.Class{Index: i, Name: s.Name, MaxWait: s.MaxWait}
 	if s.Set.TTFT || s.Set.TPOT || s.Set.E2E {
-		pc.Targets, pc.HasTargets = c.op, true
+		pc.Targets, pc.HasTargets = op, true
 		if s.Set.TTFT {
 			pc.Targets.TTFT = s.Targets.TTFT
 		}
@@ -292,7 +302,7 @@ func (c *classes) classify(h http.Header) (proxy.Class, error) {
 			pc.Targets.E2E = s.Targets.E2E
 		}
 	}
-	return pc, nil
+	return pc
 }
 
 // tenantOf names a request's tenant: a hostile header is bounded (1-64
