@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/proxy/proxytest"
-	"github.com/kneecap/kneecap/slo"
 )
 
 // syncBuffer is a log sink safe for the gateway's goroutines.
@@ -33,20 +31,6 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
-}
-
-// records keeps the records the gateway's observers get.
-type records struct {
-	mu   sync.Mutex
-	recs []slo.Record
-}
-
-func (r *records) FirstChunk(proxy.FirstChunk) {}
-func (r *records) Chunk(proxy.Chunk)           {}
-func (r *records) Done(rec slo.Record) {
-	r.mu.Lock()
-	r.recs = append(r.recs, rec)
-	r.mu.Unlock()
 }
 
 func postWith(t *testing.T, u string, h http.Header) (*http.Response, string) {
@@ -70,7 +54,7 @@ func postWith(t *testing.T, u string, h http.Header) (*http.Response, string) {
 func TestClassesTenantsAndTheKeyNeverShown(t *testing.T) {
 	const key = "sk-very-secret-0123456789"
 	logs := &syncBuffer{}
-	recs := &records{}
+	recs := &windowlessRecorder{}
 	cfg := Config{Classes: "chat:ttft=2s;batch:ttft=0,tpot=0", DefaultClass: "chat", ClassHeader: "x-kneecap-class",
 		TenantMetrics: 10, LogLevel: slog.LevelDebug}
 	h := start(t, &proxytest.Engine{}, cfg, WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))), WithObserver(recs))
