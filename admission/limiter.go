@@ -37,23 +37,22 @@ type Limiter struct {
 	origin   time.Time // base of grantSum
 
 	running atomic.Int64 // slots held; written under mu, read without it
+	// The KV tokens the running requests hold in the engine: their prompts
+	// (estimated; written under mu) and their output so far (added by
+	// Ticket.Generated without the lock). Read without the lock.
+	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	limit    int
+	b        budget // what is held, and whether a request may add to it
 	queue    *fairQueue
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
 	grantSum time.Duration // sum over held slots of (grant time - origin)
 
-	// Prefill pacing (see SetPacing): at most maxPrefill granted tickets
-	// may wait for their first token at once, each for at most
-	// prefillBound; prefilling holds them oldest first. paceTimer wakes
-	// the queue when the oldest one's bound ends while requests wait.
-	maxPrefill   int
-	prefillBound time.Duration
-	prefilling   []*Ticket
-	paceTimer    *time.Timer
+	// paceTimer wakes the queue when the oldest prefill's bound ends while
+	// requests wait with a slot free (see SetPacing).
+	paceTimer *time.Timer
 
 	// Slots held back from lower classes for refused requests of higher
 	// ones until they return (reserve.go), and the timer that wakes the
@@ -65,6 +64,8 @@ type Limiter struct {
 // waiter is one queued request. ready is closed when it was granted a slot
 // (ticket set) or rejected (err set), always under the limiter's lock.
 type waiter struct {
+	cand     candidate     // what the token budget weighs of it
+	held     uint8         // the hold reasons counted for it (budget.hold)
 	flow     *flow         // the tenant's flow in its class
 	elem     *list.Element // in flow.waiters while queued
 	enqueued time.Time
@@ -79,7 +80,7 @@ func NewLimiter(cfg Config) *Limiter {
 	l := &Limiter{
 		maxQueue: max(cfg.MaxQueue, 0),
 		origin:   time.Now(),
-		limit:    max(cfg.Limit, 1),
+		b:        newBudget(cfg.Limit),
 		hooks:    cfg.Hooks,
 		queue:    newFairQueue(cfg.Classes, max(cfg.MaxQueue, 0), cfg.Fairness),
 	}
@@ -134,7 +135,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		}
 	}
 
-	w := &waiter{enqueued: start, ready: make(chan struct{})}
+	w := &waiter{enqueued: start, ready: make(chan struct{}), cand: candidateOf(req)}
 	l.mu.Lock()
 	// The state may have moved while the gate thought: check again.
 	t, cause, st, queue = l.tryLocked(time.Now(), start, req)
@@ -177,11 +178,14 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		l.mu.Lock()
 		first := l.queue.next() == w
 		pos := l.queue.positionOf(w)
-		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow) < l.limit && !l.draining && l.leaveLocked(w) {
-			// Held only by pacing, with a slot free: pacing defers a
-			// prefill to spare the one running, it does not refuse.
+		if now := time.Now(); first && l.runningLocked()+l.heldForLocked(now, w.flow) < l.b.limit &&
+			l.b.stepFits(w.cand, l.runningLocked(), l.ResidentKV()) && !l.draining && l.leaveLocked(w) {
+			// Held only by pacing or the prefill budget, with a slot free:
+			// they defer a prefill to spare the ones under way, they do
+			// not refuse. (The step budget does: the step with it would
+			// spoil the running requests' time per token.)
 			l.consumeLocked(w.flow, false)
-			w.ticket = l.grantLocked(time.Now(), w.enqueued, w.flow)
+			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
 			l.mu.Unlock()
 			return w.ticket, nil
 		}
@@ -220,15 +224,21 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
 	}
 	f := l.queue.flowFor(req.Class, req.Tenant)
-	if (l.queue.waitingAtOrAbove(f.key.class) == 0 || (l.ownReservationLocked(now, f) && l.queue.first(f))) &&
-		l.mayGrantFlowLocked(now, f) {
-		// Perhaps a refused request come back: its reservation ends. (A
-		// tenant's slot held back from the waiters it goes before is its
-		// own to take, see reserveLocked.)
-		l.consumeLocked(f, true)
-		return l.grantLocked(now, start, f), nil, State{}, false
+	c := candidateOf(req)
+	if l.queue.waitingAtOrAbove(f.key.class) == 0 || (l.ownReservationLocked(now, f) && l.queue.first(f)) {
+		if ok, _ := l.fitsLocked(now, c, f); ok {
+			// Perhaps a refused request come back: its reservation ends.
+			// (A tenant's slot held back from the waiters it goes before
+			// is its own to take, see reserveLocked.)
+			l.consumeLocked(f, true)
+			return l.grantLocked(now, start, f, c), nil, State{}, false
+		}
 	}
 	st = l.stateLocked(now, l.queue.position(f))
+	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
+	if l.b.costs.knowsPrefill() {
+		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.Step(l.runningLocked()+1, l.ResidentKV()+c.prompt))
+	}
 	if _, ok := l.queue.room(f); !ok {
 		return nil, ErrQueueFull, st, false
 	}
@@ -283,65 +293,42 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 	return true
 }
 
-func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow) *Ticket {
+func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
 	t.charged = l.queue.charge(f)
-	if l.maxPrefill > 0 {
-		t.prefilling = true
-		l.prefilling = append(l.prefilling, t)
-	}
+	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
+	l.kvPrompt.Add(int64(t.est))
 	return t
 }
 
-// mayGrantLocked reports whether a slot is free and pacing lets one more
-// request start its prefill.
-func (l *Limiter) mayGrantLocked(now time.Time) bool {
-	return l.runningLocked() < l.limit && (l.maxPrefill == 0 || l.livePrefillsLocked(now) < l.maxPrefill)
+// fitsLocked reports whether a request c of flow f may take a slot now:
+// the budget has room for it beside the slots held back from f (see
+// heldForLocked), and if not the reason.
+func (l *Limiter) fitsLocked(now time.Time, c candidate, f *flow) (bool, int) {
+	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.heldForLocked(now, f))
 }
 
-// livePrefillsLocked drops the tickets whose prefill bound has passed and
-// returns how many still wait for their first token.
-func (l *Limiter) livePrefillsLocked(now time.Time) int {
-	i := 0
-	for i < len(l.prefilling) && now.Sub(l.prefilling[i].granted) >= l.prefillBound {
-		l.prefilling[i].prefilling = false
-		i++
-	}
-	if i > 0 {
-		l.prefilling = append(l.prefilling[:0], l.prefilling[i:]...)
-	}
-	return len(l.prefilling)
+// slotFreeLocked reports whether a slot is free and pacing lets one more
+// request start its prefill, whoever it is.
+func (l *Limiter) slotFreeLocked(now time.Time) bool {
+	return l.runningLocked() < l.b.limit && l.b.paceFree(now)
 }
 
-// endPrefillLocked takes t out of the tickets waiting for a first token.
-func (l *Limiter) endPrefillLocked(t *Ticket) bool {
-	if !t.prefilling {
-		return false
-	}
-	t.prefilling = false
-	for i, p := range l.prefilling {
-		if p == t {
-			l.prefilling = append(l.prefilling[:i], l.prefilling[i+1:]...)
-			break
-		}
-	}
-	return true
-}
-
-// wakeLocked grants slots to waiters, in the queue's order, while any are
-// free and pacing allows. When waiters are held only by pacing, it arms the
-// pace timer for the end of the oldest prefill's bound.
+// wakeLocked grants slots to waiters, in the queue's order, while the
+// budget has room for the next. When waiters are held only by pacing, it
+// arms the pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
-	for l.queue.n > 0 && l.mayGrantLocked(now) {
+	for l.queue.n > 0 {
 		w := l.queue.next()
-		if !l.mayGrantFlowLocked(now, w.flow) {
-			break // the free slots are held back for a higher class or a tenant before it
+		if ok, why := l.fitsLocked(now, w.cand, w.flow); !ok {
+			l.b.hold(w, why)
+			break
 		}
 		l.queue.remove(w)
 		l.consumeLocked(w.flow, false) // a tenant's refused request come back and queued
-		w.ticket = l.grantLocked(now, w.enqueued, w.flow)
+		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
@@ -351,8 +338,8 @@ func (l *Limiter) wakeLocked(now time.Time) {
 // armPaceLocked arms the pace timer when requests wait only because of
 // pacing, for the end of the oldest prefill's bound.
 func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.queue.n > 0 && l.runningLocked() < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
-		d := l.prefilling[0].granted.Add(l.prefillBound).Sub(now)
+	if l.queue.n > 0 && l.runningLocked() < l.b.limit && len(l.b.prefilling) > 0 && l.b.prefillBound > 0 && l.paceTimer == nil {
+		d := l.b.prefilling[0].prefillUntil.Sub(now)
 		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
 	}
 }
@@ -375,20 +362,30 @@ func (l *Limiter) paceExpired() {
 func (l *Limiter) SetPacing(maxPrefill int, bound time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.maxPrefill, l.prefillBound = max(maxPrefill, 0), bound
-	if l.maxPrefill == 0 {
-		for _, t := range l.prefilling {
-			t.prefilling = false
-		}
-		l.prefilling = l.prefilling[:0]
-	}
+	l.b.maxPrefill, l.b.prefillBound = max(maxPrefill, 0), bound
+	l.wakeLocked(time.Now())
+}
+
+// SetCosts sets the token budget: what the engine's work costs, as a
+// controller learned it (see Costs). A request is granted a slot only if,
+// beside the count cap and the prefill limit, its prefill would end before
+// its TTFT deadline without pushing a prefill under way past its own, and
+// the decode step with it stays within Costs.StepLimit. A request that
+// would miss its deadline even with the engine to itself starts when no
+// other prefill is under way, and one is never held by the step budget
+// while nothing runs: no request is starved for its size. The zero Costs
+// turn the budget off.
+func (l *Limiter) SetCosts(c Costs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.costs = c
 	l.wakeLocked(time.Now())
 }
 
 // firstToken ends t's prefill and grants a slot it held back.
 func (l *Limiter) firstToken(t *Ticket) {
 	l.mu.Lock()
-	if l.endPrefillLocked(t) {
+	if l.b.firstToken(t) {
 		l.wakeLocked(time.Now())
 	}
 	l.mu.Unlock()
@@ -401,7 +398,9 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.mu.Lock()
 	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
-	l.endPrefillLocked(t)
+	l.b.release(t)
+	l.kvPrompt.Add(-int64(t.est))
+	l.kvOut.Add(-t.generated.Swap(0))
 	l.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
 	if measured {
 		hold := now.Sub(t.granted)
@@ -420,7 +419,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 // and grants no more until they are below the new cap.
 func (l *Limiter) SetLimit(n int) {
 	l.mu.Lock()
-	l.limit = max(n, 1)
+	l.b.limit = max(n, 1)
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
 }
@@ -429,8 +428,13 @@ func (l *Limiter) SetLimit(n int) {
 func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limit
+	return l.b.limit
 }
+
+// ResidentKV returns the KV tokens the running requests hold in the engine
+// as the limiter counts them: their estimated prompts and the output they
+// have been told of (Ticket.Generated). It takes no lock.
+func (l *Limiter) ResidentKV() int { return int(max(l.kvPrompt.Load()+l.kvOut.Load(), 0)) }
 
 // Running returns the number of slots held. It takes no lock, so the proxy
 // may call it for every chunk.
@@ -480,11 +484,11 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
 	}
 	st := State{
-		Now: now, Limit: l.limit, Running: l.runningLocked(), Queued: l.queue.n,
+		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.queue.n,
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
-	if l.maxPrefill > 0 && l.livePrefillsLocked(now) > 0 {
-		st.Prefilling, st.PrefillAge = len(l.prefilling), now.Sub(l.prefilling[0].granted)
+	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {
+		st.Prefilling, st.PrefillAge = len(l.b.prefilling), now.Sub(l.b.prefilling[0].granted)
 	}
 	return st
 }

@@ -21,7 +21,7 @@ func (l *Limiter) Precheck(req Request) *RejectError {
 	switch {
 	case l.draining:
 		cause, st = ErrDraining, l.stateLocked(now, l.queue.n+1)
-	case l.queue.n == 0 && l.mayGrantLocked(now):
+	case l.queue.n == 0 && l.slotFreeLocked(now):
 	default:
 		f := l.queue.flowFor(req.Class, req.Tenant)
 		if _, ok := l.queue.room(f); !ok {

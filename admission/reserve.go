@@ -34,7 +34,7 @@ func (l *Limiter) reserveLocked(now time.Time, f *flow, tenant bool, retry time.
 	}
 	l.dropExpiredLocked(now)
 	until := now.Add(retry.Truncate(time.Second) + time.Second + reserveGrace)
-	if len(l.reserved) >= l.limit {
+	if len(l.reserved) >= l.b.limit {
 		last := 0
 		for i, r := range l.reserved {
 			if r.until.After(l.reserved[last].until) {
@@ -146,20 +146,13 @@ func (l *Limiter) consumeLocked(f *flow, class bool) {
 	}
 }
 
-// mayGrantFlowLocked reports whether a request of flow f may take a slot
-// now: one is free beyond those held back from it, and pacing lets one
-// more prefill start.
-func (l *Limiter) mayGrantFlowLocked(now time.Time, f *flow) bool {
-	return l.mayGrantLocked(now) && l.runningLocked()+l.heldForLocked(now, f) < l.limit
-}
-
 // armReserveLocked arms the reservation timer when the next waiter is held
 // only by reservations, for the end of the first of them.
 func (l *Limiter) armReserveLocked(now time.Time) {
-	if l.reserveTimer != nil || l.queue.n == 0 || !l.mayGrantLocked(now) {
+	if l.reserveTimer != nil || l.queue.n == 0 || !l.slotFreeLocked(now) {
 		return
 	}
-	if w := l.queue.next(); l.mayGrantFlowLocked(now, w.flow) || len(l.reserved) == 0 {
+	if w := l.queue.next(); l.runningLocked()+l.heldForLocked(now, w.flow) < l.b.limit || len(l.reserved) == 0 {
 		return // not held by a reservation (dropped the expired ones)
 	}
 	first := l.reserved[0].until
@@ -197,7 +190,7 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	tenant := l.underShareLocked(f)
 	if tenant {
 		ahead := l.heldForLocked(now, f) + l.ownReservations(f)
-		pos := max(1, ahead+1-(l.limit-l.runningLocked()))
+		pos := max(1, ahead+1-(l.b.limit-l.runningLocked()))
 		if d := EstimateRetryAfter(l.stateLocked(now, pos)); d > 0 {
 			re.RetryAfter = min(re.RetryAfter, d)
 		}

@@ -39,8 +39,9 @@ func newAdaptive(h Host, onChange func(time.Time, control.Decision)) (*adaptive,
 	cc := control.ControllerConfig{
 		TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
 		Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
-		NoPacing:   !h.Config.PrefillPacing,
-		InitialCap: h.Config.InitialCap,
+		NoPacing:      !h.Config.PrefillPacing,
+		NoTokenBudget: !h.Config.TokenBudget,
+		InitialCap:    h.Config.InitialCap,
 	}
 	if n := h.Config.MaxConcurrency; n > 0 {
 		cc.Fixed, cc.InitialCap, cc.MaxCap = true, n, max(cc.MaxCap, n)

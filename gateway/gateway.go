@@ -205,7 +205,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
-		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
+		MaxModelLen: cfg.MaxModelLen,
+		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
 		Observer: observers, Logger: g.log,
 	})
 	if err != nil {

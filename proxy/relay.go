@@ -89,6 +89,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				forward = !(info.UsageOnly && x.stripUsage)
 				if info.HasOutput {
 					rec.OutputChunks++
+					x.ticket.Generated(1) // resident in the engine's KV cache: the step budget
 					running := int(p.running.Load())
 					runningSum += running
 					if first.IsZero() {

@@ -38,7 +38,9 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	environ := append([]string{"KNEECAP_UPSTREAM=http://" + engine.host, "KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String()}, r.Env...)
 	switch r.Mode.Kind {
 	case "static":
-		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
+		// A count cap as today: the budget in requests only (the token
+		// budget is what the adaptive gateway adds, issue 20).
+		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap), "KNEECAP_TOKEN_BUDGET=false")
 	case "peer":
 		environ = append(environ, "KNEECAP_MAX_QUEUE=0")
 	}

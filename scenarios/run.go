@@ -53,6 +53,8 @@ type Run struct {
 	// headers). See mix.go.
 	Env      []string
 	Workload bench.Workload
+	// KeepRecords keeps the window's records in the result (TestTrace).
+	KeepRecords bool
 }
 
 // debugLog, when set by a test, receives the gateway's log (one line per
@@ -145,7 +147,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		BaseURL:       "http://" + front.host,
 		Model:         r.Scenario.Profile.Model,
 		Client:        &http.Client{Transport: tr},
-		Levels:        []float64{float64(r.Scenario.Users)},
+		Levels:        []float64{float64(r.Scenario.Users + r.Scenario.FloodUsers)},
 		Warmup:        r.Timing.Warmup,
 		Duration:      r.Timing.Window,
 		Workload:      r.workload(),
@@ -156,7 +158,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 	if !r.RealTime {
 		// No two users act at one instant (see eventSpacing).
-		cfg.RampUp = time.Duration(r.Scenario.Users) * eventSpacing
+		cfg.RampUp = time.Duration(r.Scenario.Users+r.Scenario.FloodUsers) * eventSpacing
 		cfg.Think = eventSpacing / 10
 	}
 	if r.Scenario.Users == 0 {
@@ -210,6 +212,9 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		}
 	}
 	res.MedianTTFT = median(ttfts)
+	if r.KeepRecords {
+		res.Records = bench.Slice(lv.Records, from, to)
+	}
 	if r.Scenario.ColdStart {
 		for _, rec := range lv.Records {
 			if rec.Good {

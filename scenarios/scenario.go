@@ -62,6 +62,21 @@ type Scenario struct {
 	// fresh gateway takes to serve near the oracle's goodput
 	// (coldConverge), not by its cap's trajectory.
 	ColdStart bool
+
+	// LongShare of the requests are drawn from Long instead of Workload
+	// (chat with retrieval: most prompts short, some long), class "long";
+	// the others are class "default".
+	Long      sim.Workload
+	LongShare float64
+	// FloodUsers are closed-loop users, beyond Users, who send
+	// FloodWorkload requests from FloodAt (from the run's start) for
+	// FloodFor and are away before and after (class "flood").
+	FloodUsers        int
+	FloodAt, FloodFor time.Duration
+	FloodWorkload     sim.Workload
+	// Timing, when set, is the scenario's own (an event that needs a
+	// window of its own); zero means the suite's.
+	Timing Timing
 }
 
 // Targets returns the scenario's targets for requests without a header.
@@ -127,6 +142,19 @@ var HeavyTail = sim.Workload{
 	OutputTokens: 128, OutputSigma: 1, MaxOutputTokens: 2048,
 }
 
+// ChatWorkload is the short chat of scenarios 16 and 17: 200-token
+// prompts and 128-token answers, each within 20 %.
+var ChatWorkload = sim.Workload{PromptTokens: 200, OutputTokens: 128, RangeRatio: 0.2}
+
+// RAGWorkload is scenario 16's long prompts, a chat turn with retrieved
+// documents: about 6000 tokens (within 10 %), where a prefill alone on
+// gb10-bf16 takes 0.85-1.04 s of the 1 s TTFT target.
+var RAGWorkload = sim.Workload{PromptTokens: 6000, OutputTokens: 128, RangeRatio: 0.1}
+
+// FloodWorkload is scenario 17's flood: 8000-token prompts (within 5 %),
+// whose prefill alone (1.2-1.3 s on gb10-bf16) misses the TTFT target.
+var FloodWorkload = sim.Workload{PromptTokens: 8000, OutputTokens: 128, RangeRatio: 0.05}
+
 // All returns the scenarios: the eight of issue 5 and 9-13 of issue 14.
 func All() []Scenario {
 	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
@@ -190,20 +218,38 @@ func All() []Scenario {
 			sc.ColdStart = true
 			sc.MaxSweptCap = 16
 		}),
+		s(16, "chat-rag", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload, sc.Long, sc.LongShare = ChatWorkload, RAGWorkload, 0.2
+		}),
+		s(17, "long-prompt-flood", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload = ChatWorkload
+			sc.FloodUsers, sc.FloodWorkload = 16, FloodWorkload
+			sc.Timing = Timing{Warmup: time.Minute, Window: 5 * time.Minute}
+			sc.FloodAt, sc.FloodFor = 2*time.Minute, 2*time.Minute
+		}),
 	}
 }
 
 // workload builds the bench workload: fixed lengths, the prompt doubling
-// at the change, and a share of requests with a tighter TPOT header.
+// at the change, a share of requests with a tighter TPOT header, a share
+// of long prompts, and the flood's users.
 func (s Scenario) workload(t Timing) bench.Workload {
 	changeAt := t.ChangeAt()
 	return bench.WorkloadFunc(func(sl bench.Slot) bench.Request {
-		w := s.Workload
+		if s.FloodUsers > 0 && sl.User >= s.Users {
+			return s.floodRequest(sl)
+		}
+		w, class := s.Workload, "default"
 		if s.PromptDoubles && sl.Elapsed >= changeAt {
 			w.PromptTokens *= 2
 		}
+		if s.LongShare > 0 && sl.Rand.Float64() < s.LongShare {
+			w, class = s.Long, "long"
+		}
 		n, out := w.Lengths(sl.Rand)
-		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "default"}
+		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: class}
 		if s.TightShare > 0 && sl.Rand.Float64() < s.TightShare {
 			req.Header = http.Header{"X-Slo-Tpot-Ms": {strconv.Itoa(int(s.TightTPOT / time.Millisecond))}}
 			req.Targets = bench.Targets{TTFT: s.Targets().TTFT, TPOT: s.TightTPOT}
@@ -211,6 +257,27 @@ func (s Scenario) workload(t Timing) bench.Workload {
 		}
 		return req
 	})
+}
+
+// floodRequest is what a flood user does at sl: wait for the flood, send a
+// flood request during it, wait out the run after it.
+func (s Scenario) floodRequest(sl bench.Slot) bench.Request {
+	switch end := s.FloodAt + s.FloodFor; {
+	case sl.Elapsed < s.FloodAt:
+		return bench.Request{Idle: s.FloodAt - sl.Elapsed}
+	case sl.Elapsed >= end:
+		return bench.Request{Idle: time.Hour}
+	}
+	n, out := s.FloodWorkload.Lengths(sl.Rand)
+	return bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "flood"}
+}
+
+// timing is the scenario's own timing if it has one, else t.
+func (s Scenario) timing(t Timing) Timing {
+	if s.Timing != (Timing{}) {
+		return s.Timing
+	}
+	return t
 }
 
 // interarrival returns on/off arrivals: during each on phase, Poisson

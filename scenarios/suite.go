@@ -155,7 +155,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
 			for _, m := range s.modes(sc) {
-				run := Run{Scenario: sc, Mode: m, Timing: s.Options.Timing, KneeCapacity: knee, Seed: s.Options.Seed}
+				run := Run{Scenario: sc, Mode: m, Timing: sc.timing(s.Options.Timing), KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					res, ok := s.runOne(t, run)
 					if !ok {
@@ -220,7 +220,7 @@ func RunRealTime(ctx context.Context, sc Scenario, modes []Mode, timing Timing, 
 	for i, m := range modes {
 		wg.Go(func() {
 			start := time.Now()
-			run := Run{Scenario: sc, Mode: m, Timing: timing, KneeCapacity: knee, Seed: seed, RealTime: true}
+			run := Run{Scenario: sc, Mode: m, Timing: sc.timing(timing), KneeCapacity: knee, Seed: seed, RealTime: true}
 			res[i], errs[i] = run.execute(ctx)
 			res[i].Wall = time.Since(start)
 		})

@@ -57,6 +57,10 @@ type ControllerConfig struct {
 	Memory time.Duration
 	// Interval is how often Run calls Decide (default 1s).
 	Interval time.Duration
+	// NoTokenBudget keeps the limiter's budget in requests only: the model
+	// of the engine's costs in tokens is still learned (and shown), but
+	// not handed to the limiter (KNEECAP_TOKEN_BUDGET=false).
+	NoTokenBudget bool
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -109,6 +113,14 @@ type Finished struct {
 	// Good reports whether the request met all its targets as the client
 	// felt them (queue wait included); kept for the measured attainment.
 	Good bool
+	// PromptTokens is the engine's count of the prompt (usage), and
+	// PromptEstimate the gateway's estimate before the engine answered.
+	PromptTokens, PromptEstimate int
+	// PrefillAhead, PrefillSpan and PrefillStep are the prefill work ahead
+	// of the request when it was granted and the decode step predicted
+	// then (see admission.Ticket.PrefillAhead).
+	PrefillAhead             int
+	PrefillSpan, PrefillStep time.Duration
 }
 
 // Load is the limiter's view since the previous Decide.
@@ -194,6 +206,7 @@ type Controller struct {
 	outTokens    *ratioRing // output tokens of recent requests (raw)
 	ttftSamples  *sampleRing
 	tab          table
+	tok          *tokens // the engine's costs in tokens (the token budget)
 	holdAvg      decayed // mean slot hold, measured
 	idle         decayed // time a freed slot waits for a request under demand
 	// busy is the mean number of requests running, sampled at each
@@ -242,6 +255,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),
 		ttftSamples: newSampleRing(64, tau),
+		tok:         newTokens(tau),
 		classes:     map[slo.Targets]*decayed{},
 		measured:    map[slo.Targets]perLevel{},
 		dwell:       perLevel{},
@@ -304,6 +318,13 @@ func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
 		return // a prefill stall, not a decode step (see outlierFactor)
 	}
 	c.gap.add(now, running, y)
+}
+
+// ObserveStep records the gap between two output chunks of one stream with
+// the requests running and the KV tokens they hold then (the limiter's
+// count), for the step model of the token budget.
+func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Duration) {
+	c.tok.observeStep(now, running, kv, gap)
 }
 
 // detectShift checks both latencies at the level the cap holds.
@@ -373,6 +394,8 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	if f.OutputTokens > 0 {
 		c.outTokens.add(now, float64(f.OutputTokens))
 	}
+	c.tok.observePrompt(now, f.PromptEstimate)
+	c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
 	// A running count that is NaN or infinite says nothing of the step
 	// time the request's tokens were made at: its TPOT ratio is dropped.
 	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && finite(f.Running) && !now.Add(-f.Hold).Before(c.shiftAt) {

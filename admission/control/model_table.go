@@ -79,6 +79,7 @@ func (c *Controller) spreadAt(now time.Time) spread {
 // samples near n (see localQuantile). Predictions are made non-decreasing
 // in n: more requests running never make a step faster.
 func (c *Controller) refresh(now time.Time) {
+	c.tok.refit(now)
 	c.gap.fit(now)
 	c.ttft.fit(now)
 	c.tab.ok = c.gap.ok && c.ttft.ok
