@@ -18,6 +18,9 @@ type Costs struct {
 	PrefillBase     time.Duration
 	PrefillSteps    float64
 	PrefillPerToken float64
+	// PrefillMargin multiplies every predicted prefill (the model's error
+	// at the percentile); below 1 means 1.
+	PrefillMargin float64
 	// The decode step: StepBase + StepPerRunning x running +
 	// StepPerKVToken (seconds) x resident KV tokens. StepLimit is the
 	// longest step at which the running requests still meet their TPOT
@@ -37,7 +40,7 @@ type Costs struct {
 // prefillOf is the predicted time to prefill prompts of p tokens with a
 // decode step of step.
 func (c Costs) prefillOf(p int, step time.Duration) time.Duration {
-	return c.PrefillBase + seconds(c.PrefillSteps*step.Seconds()+c.PrefillPerToken*float64(max(p, 0)))
+	return seconds(max(c.PrefillMargin, 1) * (c.PrefillBase.Seconds() + c.PrefillSteps*step.Seconds() + c.PrefillPerToken*float64(max(p, 0))))
 }
 
 // Step is the predicted decode step with n requests running and kv tokens
@@ -169,6 +172,18 @@ func (c Costs) Alone(p int) time.Duration {
 	return c.prefillOf(p, c.StepBase+c.StepPerRunning+seconds(c.StepPerKVToken*float64(p)))
 }
 
+// late reports whether c, about to be granted, is predicted to miss its
+// TTFT deadline even so: its own prefill as the engine runs now ends past
+// it. A doomed request (see doomed) is never late: it misses whenever it
+// starts. Without the prefill costs nothing is late.
+func (b *budget) late(now time.Time, c candidate, running, resident int) bool {
+	if !b.costs.knowsPrefill() || c.deadline.IsZero() || b.doomed(now, c) {
+		return false
+	}
+	own := b.costs.prefillOf(c.prompt, b.costs.Step(running+1, resident+c.prompt))
+	return now.Add(own).After(c.deadline)
+}
+
 // prefillFits is the prefill check. The engine prefills the prompts that
 // wait for it together, in its next step: the oldest prefill under way is
 // taken to have started once a decode step has passed since its grant, and
@@ -191,7 +206,7 @@ func (b *budget) prefillFits(now time.Time, c candidate, running, resident int) 
 		tokens += t.est
 	}
 	end := start.Add(b.costs.prefillOf(tokens, step))
-	endWith := end.Add(seconds(b.costs.PrefillPerToken * float64(c.prompt)))
+	endWith := end.Add(seconds(max(b.costs.PrefillMargin, 1) * b.costs.PrefillPerToken * float64(c.prompt)))
 	if !c.deadline.IsZero() && endWith.After(c.deadline) {
 		return false
 	}

@@ -178,12 +178,13 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		l.mu.Lock()
 		first := l.queue.next() == w
 		pos := l.queue.positionOf(w)
-		if now := time.Now(); first && l.runningLocked()+l.heldForLocked(now, w.flow) < l.b.limit &&
-			l.b.stepFits(w.cand, l.runningLocked(), l.ResidentKV()) && !l.draining && l.leaveLocked(w) {
-			// Held only by pacing or the prefill budget, with a slot free:
-			// they defer a prefill to spare the ones under way, they do
-			// not refuse. (The step budget does: the step with it would
-			// spoil the running requests' time per token.)
+		if now := time.Now(); first && l.heldOnlyByPacingLocked(now, w) && !l.draining && l.leaveLocked(w) {
+			// Held only by pacing, with a slot free: pacing defers a
+			// prefill to spare the one under way, it does not refuse. (The
+			// token budget does: a request held for its prefill past its
+			// deadline would miss it, and the step with one held for the
+			// step budget would spoil the running requests' time per
+			// token.)
 			l.consumeLocked(w.flow, false)
 			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
 			l.mu.Unlock()
@@ -310,6 +311,16 @@ func (l *Limiter) fitsLocked(now time.Time, c candidate, f *flow) (bool, int) {
 	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.heldForLocked(now, f))
 }
 
+// heldOnlyByPacingLocked reports whether w would be granted now but for
+// the prefill limit.
+func (l *Limiter) heldOnlyByPacingLocked(now time.Time, w *waiter) bool {
+	running := l.runningLocked()
+	if running+l.heldForLocked(now, w.flow) >= l.b.limit {
+		return false
+	}
+	return l.b.prefillFits(now, w.cand, running, l.ResidentKV()) && l.b.stepFits(w.cand, running, l.ResidentKV())
+}
+
 // slotFreeLocked reports whether a slot is free and pacing lets one more
 // request start its prefill, whoever it is.
 func (l *Limiter) slotFreeLocked(now time.Time) bool {
@@ -327,6 +338,13 @@ func (l *Limiter) wakeLocked(now time.Time) {
 			break
 		}
 		l.queue.remove(w)
+		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
+			// It would miss its deadline from here: refused at once (as
+			// at its queue-wait bound), leaving the slot to the next.
+			w.err, w.state = ErrQueueTimeout, l.stateLocked(now, 1)
+			close(w.ready)
+			continue
+		}
 		l.consumeLocked(w.flow, false) // a tenant's refused request come back and queued
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
 		close(w.ready)
@@ -490,5 +508,9 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {
 		st.Prefilling, st.PrefillAge = len(l.b.prefilling), now.Sub(l.b.prefilling[0].granted)
 	}
+	for _, t := range l.b.prefilling {
+		st.PrefillTokens += t.est
+	}
+	st.ResidentKV = l.ResidentKV()
 	return st
 }

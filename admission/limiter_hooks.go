@@ -62,6 +62,10 @@ type State struct {
 	// PrefillOwn is, for a request about to queue, its own predicted
 	// prefill on the engine as it runs now (0 without Costs).
 	PrefillOwn time.Duration
+	// PrefillTokens is the prompt tokens (estimated) of the granted
+	// requests still waiting for their first token, and ResidentKV the KV
+	// tokens the running requests hold (see Limiter.ResidentKV).
+	PrefillTokens, ResidentKV int
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:

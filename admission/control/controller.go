@@ -255,7 +255,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),
 		ttftSamples: newSampleRing(64, tau),
-		tok:         newTokens(tau),
+		tok:         newTokens(tau, cfg.Percentile),
 		classes:     map[slo.Targets]*decayed{},
 		measured:    map[slo.Targets]perLevel{},
 		dwell:       perLevel{},

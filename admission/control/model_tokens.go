@@ -35,13 +35,17 @@ import (
 //   - the mean prompt (estimate) and output of recent requests.
 type tokens struct {
 	tau     time.Duration
-	prefill planeFit // engine TTFT + span against (the decode step then, prompt tokens)
+	prefill planeFit   // engine TTFT + span against (the decode step then, prompt tokens)
+	spread  *ratioRing // measured prefill / the model's, for the margin
+	p       float64    // the percentile the margin is taken at
 	step    planeFit
 	prompt  decayed // estimated prompt tokens of recent requests
 	hidden  float64 // KV tokens the engine holds beyond its running requests' (its metrics)
 }
 
-func newTokens(tau time.Duration) *tokens { return &tokens{tau: tau} }
+func newTokens(tau time.Duration, p float64) *tokens {
+	return &tokens{tau: tau, spread: newRatioRing(256, 2*tau), p: p}
+}
 
 // observePrefill learns from a finished request's first token: step is
 // the decode step the budget predicted at its grant (0: unknown).
@@ -49,7 +53,19 @@ func (k *tokens) observePrefill(now time.Time, engineTTFT, span, step time.Durat
 	if engineTTFT <= 0 || prompt <= 0 || span < 0 || ahead < 0 || step < 0 {
 		return
 	}
-	k.prefill.add(now, k.tau, step.Seconds(), float64(ahead+prompt), (engineTTFT + span).Seconds())
+	y := (engineTTFT + span).Seconds()
+	if k.prefill.ok {
+		k.spread.add(now, ratio(y, k.prefill.at(step.Seconds(), float64(ahead+prompt))))
+	}
+	k.prefill.add(now, k.tau, step.Seconds(), float64(ahead+prompt), y)
+}
+
+// margin is the P-quantile of measured prefill over the model's (the
+// arrival phase within a step, a chunk of output, a batch the engine
+// formed otherwise), at least 1 and at most 2: the budget multiplies its
+// predicted prefill ends by it.
+func (k *tokens) margin(now time.Time) float64 {
+	return math.Min(math.Max(quantile(k.spread.values(now), k.p, 1, 3, 20), 1), 2)
 }
 
 // observePrompt learns the size of a request that was admitted.
@@ -95,6 +111,7 @@ func (k *tokens) costs(stepLimit time.Duration, meanOutput float64) admission.Co
 	var c admission.Costs
 	if k.prefill.ok && k.prefill.c[2] > 0 {
 		c.PrefillBase, c.PrefillSteps, c.PrefillPerToken = seconds(k.prefill.c[0]), k.prefill.c[1], k.prefill.c[2]
+		c.PrefillMargin = k.margin(k.prefill.t)
 	}
 	if k.step.ok {
 		c.StepBase, c.StepPerRunning, c.StepPerKVToken = seconds(k.step.c[0]), seconds(k.step.c[1]), k.step.c[2]
@@ -330,4 +347,34 @@ func (c *Controller) Costs() admission.Costs {
 		limit = seconds(c.op.TPOT.Seconds() / c.tab.s.qTPOT)
 	}
 	return c.tok.costs(limit, c.tab.s.outMean)
+}
+
+// tokenStatus is the token model for /status.
+func (c *Controller) tokenStatus() TokenStatus {
+	k := c.Costs()
+	if c.cfg.NoTokenBudget {
+		k = c.tok.costs(0, c.tab.s.outMean) // shown, not held
+	}
+	st := TokenStatus{
+		Budget:      c.tokenBudget(),
+		PrefillBase: Float(k.PrefillBase.Seconds()), PrefillSteps: Float(k.PrefillSteps), PrefillPerToken: Float(k.PrefillPerToken),
+		StepBase: Float(k.StepBase.Seconds()), StepPerRunning: Float(k.StepPerRunning.Seconds()),
+		StepPerKVToken: Float(k.StepPerKVToken), StepLimit: Float(k.StepLimit.Seconds()),
+		HiddenKV: Float(c.tok.hidden), MeanOutput: Float(c.tab.s.outMean), MeanPrompt: Float(c.tok.prompt.mean()),
+	}
+	if k.PrefillPerToken > 0 {
+		// The longest prompt whose alone TTFT meets the target, by bisection
+		// over a model that grows with the prompt.
+		lo, hi := 0, 1<<24
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if k.Alone(mid) <= c.op.TTFT {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		st.LongestMeeting = lo
+	}
+	return st
 }
