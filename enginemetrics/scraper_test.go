@@ -353,7 +353,7 @@ func TestConfig(t *testing.T) {
 func TestOwnTransport(t *testing.T) {
 	srv := newServer(t, goodBody)
 	u, _ := url.Parse(srv + "/metrics")
-	s, err := New(Config{URL: u, Interval: 50 * time.Millisecond})
+	s, err := New(Config{URL: u, Interval: 200 * time.Millisecond, Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
