@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kneecap/kneecap/admission/control"
+	"github.com/kneecap/kneecap/enginemetrics"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
 )
@@ -109,6 +110,10 @@ type Status struct {
 	Admission AdmissionStatus `json:"admission"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
+	// EngineMetrics is the reading of the engine's own metrics endpoint
+	// (state "off" without one): its state, last error, the newest
+	// reading of the KV cache, scrapes and failures.
+	EngineMetrics enginemetrics.Status `json:"engine_metrics"`
 }
 
 // AdmissionStatus is the limiter's token state for /status.
@@ -186,6 +191,7 @@ func (g *Gateway) Status() Status {
 	if g.status != nil {
 		s.Controller = g.status.Status()
 	}
+	s.EngineMetrics = g.engine.Status()
 	return s
 }
 
