@@ -28,6 +28,10 @@ type Costs struct {
 	StepBase, StepPerRunning time.Duration
 	StepPerKVToken           float64
 	StepLimit                time.Duration
+	// StallPerRunning is what each running request adds to another's time
+	// per token by the prefill that admits it (the step check weighs
+	// step + running x StallPerRunning against StepLimit).
+	StallPerRunning time.Duration
 	// HiddenKV is the KV tokens the engine holds beyond its running
 	// requests' own (finished requests' cells, as llama.cpp's unified
 	// cache keeps them), read from its metrics; they slow every step.
@@ -43,10 +47,24 @@ func (c Costs) prefillOf(p int, step time.Duration) time.Duration {
 	return seconds(max(c.PrefillMargin, 1) * (c.PrefillBase.Seconds() + c.PrefillSteps*step.Seconds() + c.PrefillPerToken*float64(max(p, 0))))
 }
 
-// Step is the predicted decode step with n requests running and kv tokens
-// resident (theirs; HiddenKV is added here), 0 when the step is unknown.
+// Step is the predicted decode step with n requests running whose KV
+// tokens are kv, and the engine's hidden ones (HiddenKV), 0 when the step
+// is unknown.
 func (c Costs) Step(n, kv int) time.Duration {
-	return c.StepBase + time.Duration(n)*c.StepPerRunning + seconds(c.StepPerKVToken*float64(kv+c.HiddenKV))
+	return c.step(n, kv+c.HiddenKV)
+}
+
+// StepWith is Step once a request that adds add KV tokens runs too. The
+// hidden tokens are room it may take: an engine that keeps finished
+// requests' cells (llama.cpp's unified cache) evicts an idle slot's for a
+// new request, so the engine then holds the larger of the two, not their
+// sum; an engine whose hidden tokens are 0 (vLLM, SGLang) holds both.
+func (c Costs) StepWith(n, kv, add int) time.Duration {
+	return c.step(n+1, kv+max(c.HiddenKV, add))
+}
+
+func (c Costs) step(n, total int) time.Duration {
+	return c.StepBase + time.Duration(n)*c.StepPerRunning + seconds(c.StepPerKVToken*float64(total))
 }
 
 // knowsPrefill reports whether the prefill check applies.
@@ -169,7 +187,7 @@ func (b *budget) doomed(now time.Time, c candidate) bool {
 // Alone is the predicted TTFT on the engine of a prompt of p tokens with
 // the engine to itself: no other request running, none of its own.
 func (c Costs) Alone(p int) time.Duration {
-	return c.prefillOf(p, c.StepBase+c.StepPerRunning+seconds(c.StepPerKVToken*float64(p)))
+	return c.prefillOf(p, c.step(1, p))
 }
 
 // late reports whether c, about to be granted, is predicted to miss its
@@ -180,7 +198,7 @@ func (b *budget) late(now time.Time, c candidate, running, resident int) bool {
 	if !b.costs.knowsPrefill() || c.deadline.IsZero() || b.doomed(now, c) {
 		return false
 	}
-	own := b.costs.prefillOf(c.prompt, b.costs.Step(running+1, resident+c.prompt))
+	own := b.costs.prefillOf(c.prompt, b.costs.StepWith(running, resident, c.prompt))
 	return now.Add(own).After(c.deadline)
 }
 
@@ -262,7 +280,8 @@ func (b *budget) stepFits(c candidate, running, resident int) bool {
 	if b.costs.StepLimit <= 0 || running == 0 {
 		return true
 	}
-	return b.costs.Step(running+1, resident+c.prompt+b.expectedOutput(c)/2) <= b.costs.StepLimit
+	step := b.costs.StepWith(running, resident, c.prompt+b.expectedOutput(c)/2)
+	return step+time.Duration(running+1)*b.costs.StallPerRunning <= b.costs.StepLimit
 }
 
 // expectedOutput is c's expected output tokens: its bound, at most the

@@ -238,7 +238,7 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 	st = l.stateLocked(now, l.queue.position(f))
 	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
 	if l.b.costs.knowsPrefill() {
-		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.Step(l.runningLocked()+1, l.ResidentKV()+c.prompt))
+		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
 	}
 	if _, ok := l.queue.room(f); !ok {
 		return nil, ErrQueueFull, st, false

@@ -85,7 +85,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		quiet = debugLog
 	}
 
-	scfg := sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet}
+	scfg := sim.Config{Profile: r.Scenario.Profile, Flavor: r.Scenario.Flavor, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet}
 	if !r.RealTime {
 		scfg.Stagger = eventSpacing
 	}

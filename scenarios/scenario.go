@@ -77,6 +77,9 @@ type Scenario struct {
 	// Timing, when set, is the scenario's own (an event that needs a
 	// window of its own); zero means the suite's.
 	Timing Timing
+	// Flavor is the engine whose stream shapes and metrics the simulator
+	// serves ("" is vLLM's).
+	Flavor sim.Flavor
 }
 
 // Targets returns the scenario's targets for requests without a header.
@@ -155,6 +158,21 @@ var RAGWorkload = sim.Workload{PromptTokens: 6000, OutputTokens: 128, RangeRatio
 // whose prefill alone (1.2-1.3 s on gb10-bf16) misses the TTFT target.
 var FloodWorkload = sim.Workload{PromptTokens: 8000, OutputTokens: 128, RangeRatio: 0.05}
 
+// UnifiedSlots is scenario 18's engine: gb10-bf16 served as llama.cpp's
+// server serves it, 8 slots on a unified KV cache (sim.Profile.UnifiedCache)
+// that keeps every finished request's cells in its slot until the slot is
+// reused; a resident cell slows every step as a running sequence's token
+// does (the attention walks the cache's cells). A fresh engine's steps slow
+// as its idle slots fill, which the gateway sees only in the engine's
+// llamacpp:kv_cache_tokens.
+var UnifiedSlots = func() sim.Profile {
+	p := sim.GB10BF16
+	p.Name = "gb10-bf16-unified-8"
+	p.MaxNumSeqs = 8
+	p.UnifiedCache, p.PrefixCacheTokens, p.StepPerCachedToken = true, 500_000, p.StepPerKVToken
+	return p
+}()
+
 // All returns the scenarios: the eight of issue 5 and 9-13 of issue 14.
 func All() []Scenario {
 	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
@@ -228,6 +246,12 @@ func All() []Scenario {
 			sc.FloodUsers, sc.FloodWorkload = 16, FloodWorkload
 			sc.Timing = Timing{Warmup: time.Minute, Window: 5 * time.Minute}
 			sc.FloodAt, sc.FloodFor = 2*time.Minute, 2*time.Minute
+		}),
+		s(18, "hidden-kv", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Profile, sc.Flavor = UnifiedSlots, sim.FlavorLlamaCpp
+			sc.Workload.PromptTokens /= 2
+			sc.MaxSweptCap = 16
 		}),
 	}
 }

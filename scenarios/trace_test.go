@@ -64,6 +64,9 @@ func TestTrace(t *testing.T) {
 		timing.Window = w
 	}
 	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(timing), KneeCapacity: knee, Seed: max(seed, 1), KeepRecords: true}
+	if env := os.Getenv("KNEECAP_TRACE_ENV"); env != "" {
+		run.Env = strings.Split(env, ",") // gateway settings, KEY=VALUE,...
+	}
 	var res RunResult
 	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
 	if err != nil {

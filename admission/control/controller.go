@@ -207,6 +207,7 @@ type Controller struct {
 	ttftSamples  *sampleRing
 	tab          table
 	tok          *tokens // the engine's costs in tokens (the token budget)
+	limit        engineLimit
 	holdAvg      decayed // mean slot hold, measured
 	idle         decayed // time a freed slot waits for a request under demand
 	// busy is the mean number of requests running, sampled at each
@@ -327,6 +328,17 @@ func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Durati
 	c.tok.observeStep(now, running, kv, gap)
 }
 
+// ObserveEngine records what the engine reports of itself (its metrics):
+// its resident KV tokens beside the limiter's count of its running
+// requests' own (resident), and the requests it runs and queues itself
+// beside the gateway's running count (see engineLimit).
+func (c *Controller) ObserveEngine(now time.Time, r EngineReading, running, resident int) {
+	if finite(r.KVTokens) {
+		c.tok.observeEngineKV(now, r.KVTokens, resident)
+	}
+	c.limit.observe(now, r, running)
+}
+
 // detectShift checks both latencies at the level the cap holds.
 func (c *Controller) detectShift(now time.Time) {
 	if r, ok := c.gapShift.check(now, c.cap); ok {
@@ -403,7 +415,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 		if n < 1 {
 			n = 1
 		}
-		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)))
+		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)+c.tab.s.stallPer*n))
 	}
 }
 

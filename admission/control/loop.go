@@ -29,6 +29,17 @@ type LoopConfig struct {
 	// its time, holding back only the next change), for recording a
 	// trajectory.
 	OnChange func(now time.Time, d Decision)
+	// Engine, when set, returns what the engine reports of itself (its own
+	// metrics) and whether that reading is fresh; it is asked at every
+	// decision, outside the loop's lock.
+	Engine func() (EngineReading, bool)
+}
+
+// EngineReading is what an engine reports of itself: the KV tokens it
+// holds, the requests it runs and those it queues itself (NaN: not
+// published).
+type EngineReading struct {
+	KVTokens, Running, Waiting float64
 }
 
 // Loop is the control loop: it runs a Controller against a limiter, feeds
@@ -46,17 +57,18 @@ type LoopConfig struct {
 // takes mu next applies it before anything else (lock), so every decision
 // still sees every chunk observed before it.
 type Loop struct {
-	l       *admission.Limiter
-	log     *slog.Logger
-	metrics *controllerMetrics
-	onChg   func(time.Time, Decision)
+	l        *admission.Limiter
+	engine   func() (EngineReading, bool)
+	log      *slog.Logger
+	metrics  *controllerMetrics
+	onChg    func(time.Time, Decision)
 
 	mu               sync.Mutex
 	c                *Controller
 	peakRun, peakQue int
 	rejected         int
 	gaps             gapQueue
-	pacing           int // the limiter's prefill limit, as last decided
+	pacing           int             // the limiter's prefill limit, as last decided
 	costs            admission.Costs // the limiter's token budget, as last decided
 
 	apply sync.Mutex // orders the effects of decisions; taken while mu is held, never the other way
@@ -132,7 +144,7 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 		return nil, err
 	}
 	r := &Loop{
-		l: cfg.Limiter, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
+		l: cfg.Limiter, engine: cfg.Engine, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
 		c: NewController(cfg.Controller),
 	}
 	if r.log == nil {
@@ -181,7 +193,15 @@ func (r *Loop) applyGapsLocked() {
 
 func (r *Loop) tick(now time.Time) {
 	st := r.l.State()
+	var er EngineReading
+	fresh := false
+	if r.engine != nil {
+		er, fresh = r.engine()
+	}
 	r.lock()
+	if fresh {
+		r.c.ObserveEngine(now, er, st.Running, st.ResidentKV)
+	}
 	load := Load{
 		Running: st.Running, Queued: st.Queued,
 		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),

@@ -40,7 +40,11 @@ type tokens struct {
 	p       float64    // the percentile the margin is taken at
 	step    planeFit
 	prompt  decayed // estimated prompt tokens of recent requests
-	hidden  float64 // KV tokens the engine holds beyond its running requests' (its metrics)
+	hidden  decayed // KV tokens the engine holds beyond its running requests' (its metrics)
+	// kvPerRunning is the mean resident KV tokens per running request,
+	// and runningNow the resident KV tokens at the last reading.
+	kvPerRunning decayed
+	runningNow   float64
 }
 
 func newTokens(tau time.Duration, p float64) *tokens {
@@ -82,11 +86,30 @@ func (k *tokens) observeStep(now time.Time, running, kv int, gap time.Duration) 
 	if y <= 0 || running < 1 || kv < 0 {
 		return
 	}
-	x := float64(kv) + k.hidden
+	x := float64(kv) + k.hidden.mean()
 	if k.step.ok && y > outlierFactor*k.step.at(float64(running), x) {
 		return // a prefill stall, not a decode step
 	}
+	k.kvPerRunning.add(now, k.tau, float64(kv)/float64(running))
+	k.runningNow = float64(kv)
 	k.step.add(now, k.tau, float64(running), x, y)
+}
+
+// hiddenMemory is the time constant of the hidden KV reading: a few
+// scrapes, so that one reading taken between a grant and the engine's
+// admission of it does not swing the step budget.
+const hiddenMemory = 3 * time.Second
+
+// observeEngineKV learns from the engine's own count of resident KV
+// tokens, read from its metrics, against the gateway's count of its
+// running requests' (resident): the difference, when positive, is what the
+// engine holds that the gateway cannot see (finished requests' cells in a
+// unified cache).
+func (k *tokens) observeEngineKV(now time.Time, engine float64, resident int) {
+	if !finite(engine) || engine < 0 {
+		return
+	}
+	k.hidden.add(now, hiddenMemory, math.Max(engine-float64(resident), 0))
 }
 
 // refit refits both models at now.
@@ -117,7 +140,7 @@ func (k *tokens) costs(stepLimit time.Duration, meanOutput float64) admission.Co
 		c.StepBase, c.StepPerRunning, c.StepPerKVToken = seconds(k.step.c[0]), seconds(k.step.c[1]), k.step.c[2]
 		c.StepLimit = stepLimit
 	}
-	c.HiddenKV = int(math.Min(k.hidden, math.MaxInt32))
+	c.HiddenKV = int(math.Min(k.hidden.mean(), math.MaxInt32))
 	if meanOutput > 0 {
 		c.MeanOutput = int(math.Min(meanOutput+0.5, math.MaxInt32))
 	}
@@ -326,6 +349,40 @@ func (f *planeFit) solve(free [3]bool) ([3]float64, bool) {
 	return c, true
 }
 
+// tokenGap returns the decode step at each running count as the token
+// model predicts it from now, or nil without the token budget or a step
+// fit: the requests running now hold resident KV tokens (R at the mean
+// running count m), a level n holds n/m of that, and the engine's hidden
+// tokens are room the extra requests take before they add to its total
+// (see admission.Costs.StepWith): total(n) = max(R n/m, R + hidden). It
+// follows what moves the step (the KV cache), where the count model's
+// line a + b n follows only what was measured at each level, which a
+// filling cache leaves stale.
+func (c *Controller) tokenGap(now time.Time) func(n int) float64 {
+	k := c.tok
+	if !c.tokenBudget() || !k.step.ok || k.kvPerRunning.w <= 0 {
+		return nil
+	}
+	per, hidden := k.kvPerRunning.mean(), k.hidden.mean()
+	return func(n int) float64 {
+		r := per * float64(n)
+		total := math.Max(r, math.Min(r, k.runningNow)+hidden)
+		return k.step.at(float64(n), total)
+	}
+}
+
+// stallPer is the TPOT each running request adds by the prefills that
+// stall a request (see spread.stallPer): a mean prompt's prefill over a
+// mean output's tokens after the first. 0 without the token budget or
+// before the prefill is learnt.
+func (c *Controller) stallPer(outMean float64) float64 {
+	if !c.tokenBudget() || outMean <= 1 {
+		return 0
+	}
+	f := c.tok.prefill
+	return math.Max(f.c[0]+f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
+}
+
 // tokenBudget reports whether the limiter holds a token budget for
 // prefills: the model knows their cost and the budget is not turned off.
 func (c *Controller) tokenBudget() bool {
@@ -346,7 +403,9 @@ func (c *Controller) Costs() admission.Costs {
 	if c.tab.ok && c.tab.s.qTPOT > 0 {
 		limit = seconds(c.op.TPOT.Seconds() / c.tab.s.qTPOT)
 	}
-	return c.tok.costs(limit, c.tab.s.outMean)
+	k := c.tok.costs(limit, c.tab.s.outMean)
+	k.StallPerRunning = seconds(c.tab.s.stallPer)
+	return k
 }
 
 // tokenStatus is the token model for /status.
@@ -360,7 +419,7 @@ func (c *Controller) tokenStatus() TokenStatus {
 		PrefillBase: Float(k.PrefillBase.Seconds()), PrefillSteps: Float(k.PrefillSteps), PrefillPerToken: Float(k.PrefillPerToken),
 		StepBase: Float(k.StepBase.Seconds()), StepPerRunning: Float(k.StepPerRunning.Seconds()),
 		StepPerKVToken: Float(k.StepPerKVToken), StepLimit: Float(k.StepLimit.Seconds()),
-		HiddenKV: Float(c.tok.hidden), MeanOutput: Float(c.tab.s.outMean), MeanPrompt: Float(c.tok.prompt.mean()),
+		HiddenKV: Float(c.tok.hidden.mean()), MeanOutput: Float(c.tab.s.outMean), MeanPrompt: Float(c.tok.prompt.mean()),
 	}
 	if k.PrefillPerToken > 0 {
 		// The longest prompt whose alone TTFT meets the target, by bisection

@@ -296,7 +296,7 @@ const maxPrefills = 64
 
 // raiseOnDemand raises the cap by one if the model supports it.
 func (c *Controller) raiseOnDemand(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.engineBound(now) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
 	pl := c.plan(now)
@@ -317,7 +317,7 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 // only turns away a request the engine alone would have served, late
 // perhaps, and a rare burst does not hold the engine above its knee.
 func (c *Controller) raiseForBurst(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || !c.lightLoad(float64(c.cap)/2) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.engineBound(now) || !c.lightLoad(float64(c.cap)/2) {
 		return false
 	}
 	a := c.attainment(c.op)
