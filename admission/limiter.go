@@ -43,8 +43,8 @@ type Limiter struct {
 	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	b        budget // what is held, and whether a request may add to it
-	queue    *fairQueue
+	b        budget    // what is held, and whether a request may add to it
+	s        scheduler // who goes next
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -53,12 +53,6 @@ type Limiter struct {
 	// paceTimer wakes the queue when the oldest prefill's bound ends while
 	// requests wait with a slot free (see SetPacing).
 	paceTimer *time.Timer
-
-	// Slots held back from lower classes for refused requests of higher
-	// ones until they return (reserve.go), and the timer that wakes the
-	// queue when the first of them ends.
-	reserved     []reservation
-	reserveTimer *time.Timer
 }
 
 // waiter is one queued request. ready is closed when it was granted a slot
@@ -82,7 +76,7 @@ func NewLimiter(cfg Config) *Limiter {
 		origin:   time.Now(),
 		b:        newBudget(cfg.Limit),
 		hooks:    cfg.Hooks,
-		queue:    newFairQueue(cfg.Classes, max(cfg.MaxQueue, 0), cfg.Fairness),
+		s:        newScheduler(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
 	return l
 }
@@ -147,7 +141,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		}
 		return t, nil
 	}
-	w.flow = l.queue.flowFor(req.Class, req.Tenant)
+	w.flow = l.s.queue.flowFor(req.Class, req.Tenant)
 	l.enqueueLocked(time.Now(), w)
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
@@ -176,8 +170,8 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
-		first := l.queue.next() == w
-		pos := l.queue.positionOf(w)
+		first := l.s.queue.next() == w
+		pos := l.s.queue.positionOf(w)
 		if now := time.Now(); first && l.heldOnlyByPacingLocked(now, w) && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
 			// prefill to spare the one under way, it does not refuse. (The
@@ -185,8 +179,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			// deadline would miss it, and the step with one held for the
 			// step budget would spoil the running requests' time per
 			// token.)
-			l.consumeLocked(w.flow, false)
-			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
+			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false)
 			l.mu.Unlock()
 			return w.ticket, nil
 		}
@@ -222,45 +215,40 @@ func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 // take.
 func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause error, st State, queue bool) {
 	if l.draining {
-		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
+		return nil, ErrDraining, l.stateLocked(now, l.s.queue.n+1), false
 	}
-	f := l.queue.flowFor(req.Class, req.Tenant)
+	f := l.s.queue.flowFor(req.Class, req.Tenant)
 	c := candidateOf(req)
-	if l.queue.waitingAtOrAbove(f.key.class) == 0 || (l.ownReservationLocked(now, f) && l.queue.first(f)) {
+	if l.s.mayJump(now, f) {
 		if ok, _ := l.fitsLocked(now, c, f); ok {
 			// Perhaps a refused request come back: its reservation ends.
 			// (A tenant's slot held back from the waiters it goes before
-			// is its own to take, see reserveLocked.)
-			l.consumeLocked(f, true)
-			return l.grantLocked(now, start, f, c), nil, State{}, false
+			// is its own to take, see scheduler.reserve.)
+			return l.grantLocked(now, start, f, c, true), nil, State{}, false
 		}
 	}
-	st = l.stateLocked(now, l.queue.position(f))
+	st = l.stateLocked(now, l.s.queue.position(f))
 	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
 	if l.b.costs.knowsPrefill() {
 		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
 	}
-	if _, ok := l.queue.room(f); !ok {
+	if _, ok := l.s.queue.room(f); !ok {
 		return nil, ErrQueueFull, st, false
 	}
 	return nil, nil, st, true
 }
 
-// enqueueLocked queues w, displacing the waiter the queue's room rule
-// names (refused with ErrShed) when the queue has no room for w.
+// enqueueLocked queues w; a waiter it displaces is refused with ErrShed.
 func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
-	if v, _ := l.queue.room(w.flow); v != nil {
-		l.queue.remove(v)
-		l.queue.classes[v.flow.key.class].shed++
-		v.err, v.state = ErrShed, l.stateLocked(now, l.queue.position(v.flow))
+	if v := l.s.enqueue(w); v != nil {
+		v.err, v.state = ErrShed, l.stateLocked(now, l.s.queue.position(v.flow))
 		close(v.ready)
 	}
-	l.queue.push(w)
 }
 
 // reject builds a rejection; call it without the lock held.
 // A refused request of a higher class has a slot reserved for its return
-// (see reserveLocked).
+// (see scheduler.reserve).
 func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
 	re := &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
 	l.noteRefusal(re, req)
@@ -290,15 +278,18 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 		return false
 	default:
 	}
-	l.queue.remove(w)
+	l.s.queue.remove(w)
 	return true
 }
 
-func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate) *Ticket {
+// grantLocked grants f's request c a slot: the scheduler counts the grant
+// (a reservation it ends: f's own, or with class its class's; its fair
+// share) and the budget takes it.
+func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, class bool) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
 	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
-	t.charged = l.queue.charge(f)
+	t.charged = l.s.granted(f, class)
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))
 	return t
@@ -306,16 +297,16 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate) *Ti
 
 // fitsLocked reports whether a request c of flow f may take a slot now:
 // the budget has room for it beside the slots held back from f (see
-// heldForLocked), and if not the reason.
+// scheduler.heldFor), and if not the reason.
 func (l *Limiter) fitsLocked(now time.Time, c candidate, f *flow) (bool, int) {
-	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.heldForLocked(now, f))
+	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.s.heldFor(now, f))
 }
 
 // heldOnlyByPacingLocked reports whether w would be granted now but for
 // the prefill limit.
 func (l *Limiter) heldOnlyByPacingLocked(now time.Time, w *waiter) bool {
 	running := l.runningLocked()
-	if running+l.heldForLocked(now, w.flow) >= l.b.limit {
+	if running+l.s.heldFor(now, w.flow) >= l.b.limit {
 		return false
 	}
 	return l.b.prefillFits(now, w.cand, running, l.ResidentKV()) && l.b.stepFits(w.cand, running, l.ResidentKV())
@@ -331,13 +322,13 @@ func (l *Limiter) slotFreeLocked(now time.Time) bool {
 // budget has room for the next. When waiters are held only by pacing, it
 // arms the pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
-	for l.queue.n > 0 {
-		w := l.queue.next()
+	for l.s.queue.n > 0 {
+		w := l.s.queue.next()
 		if ok, why := l.fitsLocked(now, w.cand, w.flow); !ok {
 			l.b.hold(w, why)
 			break
 		}
-		l.queue.remove(w)
+		l.s.queue.remove(w)
 		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
 			// It would miss its deadline from here: refused at once (as
 			// at its queue-wait bound), leaving the slot to the next.
@@ -345,8 +336,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 			close(w.ready)
 			continue
 		}
-		l.consumeLocked(w.flow, false) // a tenant's refused request come back and queued
-		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand)
+		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
@@ -356,7 +346,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 // armPaceLocked arms the pace timer when requests wait only because of
 // pacing, for the end of the oldest prefill's bound.
 func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.queue.n > 0 && l.runningLocked() < l.b.limit && len(l.b.prefilling) > 0 && l.b.prefillBound > 0 && l.paceTimer == nil {
+	if l.s.queue.n > 0 && l.runningLocked() < l.b.limit && len(l.b.prefilling) > 0 && l.b.prefillBound > 0 && l.paceTimer == nil {
 		d := l.b.prefilling[0].prefillUntil.Sub(now)
 		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
 	}
@@ -419,7 +409,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.b.release(t)
 	l.kvPrompt.Add(-int64(t.est))
 	l.kvOut.Add(-t.generated.Swap(0))
-	l.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
+	l.s.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
 	if measured {
 		hold := now.Sub(t.granted)
 		if l.meanHold == 0 {
@@ -470,17 +460,16 @@ func (l *Limiter) Drain() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.draining = true
-	for _, t := range []**time.Timer{&l.paceTimer, &l.reserveTimer} {
-		if *t != nil {
-			(*t).Stop()
-			*t = nil
-		}
+	if l.paceTimer != nil {
+		l.paceTimer.Stop()
+		l.paceTimer = nil
 	}
+	l.s.stop()
 	pos := 0
-	for l.queue.n > 0 {
+	for l.s.queue.n > 0 {
 		pos++
-		w := l.queue.next()
-		l.queue.remove(w)
+		w := l.s.queue.next()
+		l.s.queue.remove(w)
 		w.err, w.state = ErrDraining, l.stateLocked(now, pos)
 		close(w.ready)
 	}
@@ -502,7 +491,7 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
 	}
 	st := State{
-		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.queue.n,
+		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.s.queue.n,
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
 	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {

@@ -136,7 +136,7 @@ type stateCollector struct {
 	targets slo.Targets
 
 	running, queued, limit, goodput, attainment, demand, target *prometheus.Desc
-	prefillTokens, residentKV, held                            *prometheus.Desc
+	prefillTokens, residentKV, held                             *prometheus.Desc
 }
 
 func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targets) *stateCollector {

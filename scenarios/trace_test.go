@@ -2,10 +2,10 @@ package scenarios
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"

@@ -141,8 +141,8 @@ type Record struct {
 	// PrefillStep is the engine's decode step the gateway predicted when
 	// the request was granted (0 before it knew): a prefill waits for the
 	// step under way and then decodes the running requests in its own.
-	PrefillStep time.Duration `json:"prefill_step,omitempty"`
-	OutputTokens int `json:"output_tokens"`
+	PrefillStep  time.Duration `json:"prefill_step,omitempty"`
+	OutputTokens int           `json:"output_tokens"`
 	// OutputChunks counts chunks that carried output.
 	OutputChunks int `json:"output_chunks"`
 	// Estimated is true when the engine sent no usage report and

@@ -57,11 +57,11 @@ type EngineReading struct {
 // takes mu next applies it before anything else (lock), so every decision
 // still sees every chunk observed before it.
 type Loop struct {
-	l        *admission.Limiter
-	engine   func() (EngineReading, bool)
-	log      *slog.Logger
-	metrics  *controllerMetrics
-	onChg    func(time.Time, Decision)
+	l       *admission.Limiter
+	engine  func() (EngineReading, bool)
+	log     *slog.Logger
+	metrics *controllerMetrics
+	onChg   func(time.Time, Decision)
 
 	mu               sync.Mutex
 	c                *Controller

@@ -23,6 +23,7 @@ import (
 //     them was granted: with nothing ahead it is the request's own engine
 //     TTFT, and with chunked prefill (several steps per prompt) the line
 //     holds as well. Fitted by least squares over forgotten samples.
+//
 //   - step: the gap between two output chunks against the requests running
 //     and the KV tokens resident (their prompts and output so far, plus
 //     what the engine holds of finished requests, where it publishes it),
@@ -32,6 +33,7 @@ import (
 //     the decode step of a memory-bandwidth-bound engine: the weights read
 //     once, then each sequence and each resident token. Prefill stalls (a
 //     gap over outlierFactor times the prediction) are left out.
+//
 //   - the mean prompt (estimate) and output of recent requests.
 type tokens struct {
 	tau     time.Duration
