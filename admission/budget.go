@@ -39,6 +39,12 @@ type Costs struct {
 	// MeanOutput is the output tokens expected of a request that gives no
 	// bound (Request.MaxOutput 0), and the most expected of one that does.
 	MeanOutput int
+	// MaxPrefillTokens, when positive, is a static bound on the prompt
+	// tokens in the prefill phase (granted without a first token yet, and
+	// queued): a request that would take them beyond it is refused at once
+	// (ErrQueueFull), as vLLM's --max-num-queued-tokens refuses. It is not
+	// learned: an operator's setting of a fixed budget.
+	MaxPrefillTokens int
 }
 
 // prefillOf is the predicted time to prefill prompts of p tokens with a
@@ -65,6 +71,22 @@ func (c Costs) StepWith(n, kv, add int) time.Duration {
 
 func (c Costs) step(n, total int) time.Duration {
 	return c.StepBase + time.Duration(n)*c.StepPerRunning + seconds(c.StepPerKVToken*float64(total))
+}
+
+// overPrefillTokens reports whether a request of prompt tokens would take
+// the tokens in the prefill phase (prefilling, and queued) beyond
+// MaxPrefillTokens.
+func (b *budget) overPrefillTokens(now time.Time, prompt, queued int) bool {
+	if b.costs.MaxPrefillTokens <= 0 {
+		return false
+	}
+	in := queued + prompt
+	if b.livePrefills(now) > 0 {
+		for _, t := range b.prefilling {
+			in += t.est
+		}
+	}
+	return in > b.costs.MaxPrefillTokens
 }
 
 // knowsPrefill reports whether the prefill check applies.

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"errors"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -151,4 +152,39 @@ func TestZeroCostsHoldNothing(t *testing.T) {
 	}
 	a.Release()
 	b.Release()
+}
+
+// A static bound on the prompt tokens in the prefill phase (vLLM's
+// max_num_queued_tokens) refuses at once a request that would take them
+// beyond it, counting those prefilling and those queued.
+func TestMaxPrefillTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10})
+		l.SetCosts(Costs{MaxPrefillTokens: 5000})
+		ctx := t.Context()
+		a, err := l.Acquire(ctx, tokenRequest(3000, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := acquireAsync(ctx, l, tokenRequest(1500, 0)) // queued: 4500 in the prefill phase
+		synctest.Wait()
+		if _, err := l.Acquire(ctx, tokenRequest(1000, 0)); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("a request past the bound: %v, want ErrQueueFull", err)
+		}
+		a.FirstToken() // its prompt leaves the prefill phase
+		c := acquireAsync(ctx, l, tokenRequest(1000, 0))
+		synctest.Wait()
+		a.Release()
+		synctest.Wait()
+		rb, rc := <-b, <-c
+		if rb.err != nil {
+			t.Fatal(rb.err)
+		}
+		rb.t.Release()
+		synctest.Wait()
+		if rc.err != nil {
+			t.Fatal(rc.err)
+		}
+		rc.t.Release()
+	})
 }

@@ -69,6 +69,7 @@ type fairQueue struct {
 	flows    map[flowKey]*flow
 	lru      list.List // of *flow, front = most recently used
 	n        int       // waiters in all
+	tokens   int       // their prompt tokens (estimated)
 	maxQueue int
 	fair     Fairness
 }
@@ -212,6 +213,7 @@ func (q *fairQueue) push(w *waiter) {
 	w.elem = f.waiters.PushBack(w)
 	cq.n++
 	q.n++
+	q.tokens += w.cand.prompt
 	cq.track(f)
 }
 
@@ -222,6 +224,7 @@ func (q *fairQueue) remove(w *waiter) {
 	f.waiters.Remove(w.elem)
 	cq.n--
 	q.n--
+	q.tokens -= w.cand.prompt
 	if f.waiters.Len() == 0 {
 		if i := slices.Index(cq.active, f); i >= 0 {
 			cq.active = slices.Delete(cq.active, i, i+1)

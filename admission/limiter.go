@@ -219,6 +219,9 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 	}
 	f := l.s.queue.flowFor(req.Class, req.Tenant)
 	c := candidateOf(req)
+	if l.b.overPrefillTokens(now, c.prompt, l.s.queue.tokens) {
+		return nil, ErrQueueFull, l.stateLocked(now, l.s.queue.position(f)), false
+	}
 	if l.s.mayJump(now, f) {
 		if ok, _ := l.fitsLocked(now, c, f); ok {
 			// Perhaps a refused request come back: its reservation ends.

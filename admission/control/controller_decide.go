@@ -204,6 +204,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.noteLoad(now, load) // light load is judged with a fixed cap too (admitPaced)
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
+	if c.boundByEngine(now) {
+		c.noteLoad(now, load)
+		c.changedAt = now
+		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+	}
 	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
 		if c.tab.bad {
@@ -217,11 +222,6 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		h := c.predict(c.cap).Hold
 		free := float64(max(c.cap-load.Running, 0))
 		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h)) // NaN: dropped
-	}
-	if c.boundByEngine(now) {
-		c.noteLoad(now, load)
-		c.changedAt = now
-		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 	}
 	pl := c.plan(now)
 	demand := c.noteLoad(now, load)
