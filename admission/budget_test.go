@@ -176,15 +176,16 @@ func TestMaxPrefillTokens(t *testing.T) {
 		synctest.Wait()
 		a.Release()
 		synctest.Wait()
-		rb, rc := <-b, <-c
+		rb := <-b
 		if rb.err != nil {
 			t.Fatal(rb.err)
 		}
 		rb.t.Release()
 		synctest.Wait()
-		if rc.err != nil {
+		if rc := <-c; rc.err != nil {
 			t.Fatal(rc.err)
+		} else {
+			rc.t.Release()
 		}
-		rc.t.Release()
 	})
 }
