@@ -214,6 +214,11 @@ type Controller struct {
 	// Decide, and pressure the share of decisions that saw demand; they
 	// tell light load (see lightLoad).
 	busy, pressure decayed
+	// peakRun is the most requests that ran at once within the last
+	// peakMemory, and when: with the token budget, a raise past a quarter
+	// above it would lift a cap nothing reaches (see usefulCap).
+	peakRun   int
+	peakRunAt time.Time
 	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
 	dwell          perLevel
 	lastDwell      time.Time
@@ -352,6 +357,16 @@ func (c *Controller) detectShift(now time.Time) {
 // weight of everything learned before.
 func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	cv.scale(r, 0.1)
+	// The token model follows: a shift of the step rescales the decode
+	// step, one of engine TTFT the prefill.
+	if cv == c.gap {
+		// A slower step makes slower prefills too (they are steps).
+		c.tok.step.scale(r, 0.1)
+		c.tok.prefill.scale(r, 0.3)
+	} else {
+		c.tok.prefill.scale(r, 0.1)
+		c.tok.step.scale(1, 0.3)
+	}
 	other := c.ttft
 	if cv == c.ttft {
 		other = c.gap

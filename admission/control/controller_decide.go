@@ -248,7 +248,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
 	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)):
 		// A level barred for missing P may still be chosen for goodput.
-		c.cap = min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.engineBound(now))
+		c.cap = max(old, min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.engineBound(now), c.usefulCap()))
 		for n := old + 2; n <= c.cap && !pl.over; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1

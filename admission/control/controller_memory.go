@@ -71,9 +71,26 @@ func (c *Controller) shouldProbe(now time.Time) bool {
 func (c *Controller) noteLoad(now time.Time, load Load) bool {
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
+	if load.PeakRunning >= c.peakRun || now.Sub(c.peakRunAt) >= peakMemory {
+		c.peakRun, c.peakRunAt = load.PeakRunning, now
+	}
 	c.busy.add(now, c.cfg.Memory, float64(load.Running))
 	c.pressure.add(now, c.cfg.Memory, indicator(demand))
 	return demand
+}
+
+// peakMemory is how long the peak running count is kept.
+const peakMemory = time.Minute
+
+// usefulCap is the highest cap a raise may reach: with the token budget
+// holding requests back, the count cap binds only where the engine runs
+// near it, so a raise goes at most a quarter (at least one) above the most
+// that ran at once in the last minute; without it, MaxCap.
+func (c *Controller) usefulCap() int {
+	if !c.tokenBudget() {
+		return c.cfg.MaxCap
+	}
+	return max(c.peakRun+max(1, c.peakRun/4), c.cfg.MinCap)
 }
 
 // lightLoad reports whether the engine runs at most n requests on average

@@ -257,6 +257,23 @@ func (f *planeFit) add(now time.Time, tau time.Duration, u, v, y float64) {
 	}
 }
 
+// scale multiplies the fit by f (every sample's y, so every coefficient)
+// and keeps only share of its weight: after a detected shift the old
+// samples stay as a prior, rescaled, while new ones take over.
+func (f *planeFit) scale(k, share float64) {
+	if !(k > 0) || math.IsInf(k, 0) {
+		k = 1
+	}
+	f.w *= share
+	for i := range 3 {
+		f.r[i] *= k * share
+		for j := range 3 {
+			f.m[i][j] *= share
+		}
+		f.c[i] *= k
+	}
+}
+
 // at is the fitted value at (u, v).
 func (f *planeFit) at(u, v float64) float64 { return f.c[0] + f.c[1]*u + f.c[2]*v }
 

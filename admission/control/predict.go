@@ -296,7 +296,7 @@ const maxPrefills = 64
 
 // raiseOnDemand raises the cap by one if the model supports it.
 func (c *Controller) raiseOnDemand(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.engineBound(now) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= min(c.engineBound(now), c.usefulCap()) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
 	pl := c.plan(now)
