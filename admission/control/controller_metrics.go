@@ -56,6 +56,9 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")
+	for _, term := range []string{"base", "per_running", "per_kv_token"} {
+		m.step.WithLabelValues(term)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
 			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills,
