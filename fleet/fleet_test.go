@@ -23,8 +23,8 @@ var (
 	flagCases  = flag.String("fleet-cases", "nginx,haproxy,hetero-nginx,hetero-haproxy", "TestFleet: the cases to run")
 )
 
-// SlowStep is the slower replica's engine: every step 1.5 times as long.
-const SlowStep = 1.5
+// SlowStep is the slower replica's engine: every step 1.25 times as long.
+const SlowStep = 1.25
 
 // fleetCase is one measurement: N replicas behind a balancer against the
 // same replicas' kinds alone, all at once.
