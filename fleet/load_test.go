@@ -45,7 +45,7 @@ func (r result) lost() int { return r.Failed + len(r.BadRejected) }
 
 func (r result) String() string {
 	return fmt.Sprintf("%-22s %3d users: %6.3f good req/s (engine time %6.3f), %d good of %d completed, %d rejected, %d lost",
-		r.Name, r.Users, r.Goodput, r.Goodput/TimeScale, r.Good, r.Completed, r.Rejected, r.lost())
+		r.Name, r.Users, r.Goodput, r.Goodput / *timeScale, r.Good, r.Completed, r.Rejected, r.lost())
 }
 
 // run drives the load and returns its result. Users honour Retry-After up

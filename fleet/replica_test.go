@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,9 +19,10 @@ import (
 	"github.com/kneecap/kneecap/sim"
 )
 
-// TimeScale runs every engine this many times faster than the GB10 it
-// simulates; targets and the workload's durations are divided by it.
-const TimeScale = 10
+// timeScale runs every engine this many times faster than the GB10 it
+// simulates (-fleet-scale, 10 by default, as the issue measured);
+// targets and Retry-After bounds are divided by it.
+var timeScale = flag.Float64("fleet-scale", 10, "the simulated engines' speed-up over real time")
 
 // Targets in engine time (the issue's), and in wall time at TimeScale.
 var (
@@ -28,7 +30,7 @@ var (
 	TPOT = 100 * time.Millisecond
 )
 
-func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / TimeScale) }
+func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) / *timeScale) }
 
 // replicaConfig is one pod: a simulated engine and kneecap beside it.
 type replicaConfig struct {
@@ -72,7 +74,7 @@ func startReplica(t testing.TB, name string, rc replicaConfig) *replica {
 	r.cancelEngine = cancelEngine
 	handler := rc.Engine
 	if handler == nil {
-		eng, err := sim.New(sim.Config{Profile: rc.Profile, TimeScale: TimeScale, Seed: rc.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
+		eng, err := sim.New(sim.Config{Profile: rc.Profile, TimeScale: *timeScale, Seed: rc.Seed, Registry: prometheus.NewRegistry(), Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
