@@ -19,7 +19,7 @@ func TestIdleBurst(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			var res IdleResult
 			var err error
-			synctest.Test(t, func(t *testing.T) { res, err = Scenario21.Run(t.Context(), mode, 1) })
+			synctest.Test(t, func(t *testing.T) { res, err = Scenario21.Run(t.Context(), mode, *flagSeed) })
 			if err != nil {
 				t.Fatal(err)
 			}

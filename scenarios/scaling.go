@@ -128,8 +128,7 @@ type member struct {
 	gw      *gateway.Gateway
 	tr      *http.Transport
 	stop    context.CancelFunc // drains the gateway, then stops the engine
-	done    chan struct{}
-	ready   bool // in the balancer
+	ready   bool               // in the balancer
 	loading bool
 	flight  int // requests the balancer has in flight on it
 	samples []float64
@@ -156,7 +155,17 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 	defer cancel()
 	res := &ScalingResult{}
 	f := &fleet{s: s, start: time.Now(), res: res, ctx: ctx, seed: seed}
-	defer f.wg.Wait()
+	// On every return: the autoscaler and the scrapes stop, every replica
+	// drains and stops, and nothing started here outlives Run.
+	var lbSrv *http.Server
+	defer func() {
+		cancel()
+		if lbSrv != nil {
+			lbSrv.Close()
+		}
+		f.stopAll()
+		f.wg.Wait()
+	}()
 	initial := s.Initial
 	if s.Fixed > 0 {
 		initial = s.Fixed
@@ -168,14 +177,13 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 	}
 	f.record()
 	lbE := newPipeListener("fleet")
-	lbSrv := &http.Server{Handler: &httputil.ReverseProxy{
+	lbSrv = &http.Server{Handler: &httputil.ReverseProxy{
 		Rewrite:       func(pr *httputil.ProxyRequest) { pr.Out.URL.Scheme, pr.Out.URL.Host = "http", "fleet" },
 		Transport:     f,
 		FlushInterval: -1,
 		ErrorLog:      nil,
 	}}
 	f.wg.Go(func() { _ = lbSrv.Serve(lbE) })
-	defer lbSrv.Close()
 	if s.Fixed == 0 {
 		f.wg.Go(func() { f.autoscale(ctx) })
 	}
@@ -220,15 +228,22 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 		}
 	}
 	cancel()
+	lbSrv.Close()
+	f.stopAll()
+	f.wg.Wait() // the autoscaler's last writes to res happen before this
+	return *res, nil
+}
+
+// stopAll drains every replica still in the fleet (a loading one never
+// starts once the run's context has ended).
+func (f *fleet) stopAll() {
 	f.mu.Lock()
-	ms := append([]*member(nil), f.members...)
-	f.mu.Unlock()
-	for _, m := range ms {
+	defer f.mu.Unlock()
+	for _, m := range f.members {
 		if m.stop != nil {
 			m.stop()
 		}
 	}
-	return *res, nil
 }
 
 // add starts a replica: after delay (its model loading) a cold engine and
@@ -236,7 +251,7 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 func (f *fleet) add(delay time.Duration) error {
 	f.mu.Lock()
 	f.next++
-	m := &member{name: fmt.Sprintf("replica-%d", f.next), loading: true, done: make(chan struct{})}
+	m := &member{name: fmt.Sprintf("replica-%d", f.next), loading: true}
 	f.members = append(f.members, m)
 	seed := f.seed*100 + uint64(f.next)
 	f.mu.Unlock()
@@ -278,10 +293,12 @@ func (f *fleet) add(delay time.Duration) error {
 			_ = engSrv.Close()
 			gwE.tr.CloseIdleConnections()
 			engE.tr.CloseIdleConnections()
-			close(m.done)
 		})
 		f.mu.Lock()
 		m.gw, m.tr, m.stop, m.ready, m.loading = gw, gwE.tr, stopGW, true, false
+		if f.ctx.Err() != nil {
+			stopGW() // the run ended while this one started: stopAll missed it
+		}
 		f.mu.Unlock()
 		return nil
 	}
@@ -292,7 +309,6 @@ func (f *fleet) add(delay time.Duration) error {
 		select {
 		case <-time.After(delay):
 		case <-f.ctx.Done():
-			close(m.done)
 			return
 		}
 		if err := start(); err != nil {
@@ -302,10 +318,10 @@ func (f *fleet) add(delay time.Duration) error {
 	return nil
 }
 
-// remove takes the newest replica out of the balancer and drains it, as
-// a ReplicaSet scaling down removes its newest pod and kneecap drains on
-// SIGTERM (queued requests get 503 draining, which the balancer retries;
-// running streams finish).
+// removeLocked takes the newest ready replica out of the balancer and
+// drains it, as a ReplicaSet scaling down removes its newest pod and
+// kneecap drains on SIGTERM (queued requests get 503 draining, which the
+// balancer retries; running streams finish).
 func (f *fleet) removeLocked() {
 	for i := len(f.members) - 1; i >= 0; i-- {
 		m := f.members[i]

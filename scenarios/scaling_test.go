@@ -30,7 +30,7 @@ func TestScaling(t *testing.T) {
 	s := Scenario22
 	var auto ScalingResult
 	var err error
-	synctest.Test(t, func(t *testing.T) { auto, err = s.Run(t.Context(), 1) })
+	synctest.Test(t, func(t *testing.T) { auto, err = s.Run(t.Context(), *flagSeed) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestScaling(t *testing.T) {
 	fs := s
 	fs.Fixed, fs.Phases[2] = size, 0
 	var fixed ScalingResult
-	synctest.Test(t, func(t *testing.T) { fixed, err = fs.Run(t.Context(), 1) })
+	synctest.Test(t, func(t *testing.T) { fixed, err = fs.Run(t.Context(), *flagSeed) })
 	if err != nil {
 		t.Fatal(err)
 	}
