@@ -42,7 +42,9 @@
 //     behind a least-request balancer that retries refusals, scaled by the
 //     HPA's rule on kneecap_demand_ratio ([HPA]), cold replicas after a
 //     model load, open-loop demand doubled then halved, against the
-//     right-sized fleet (TestScaling).
+//     right-sized fleet (TestScaling). A fixed fleet with a slower replica
+//     and a balancer weighing replicas by their caps (kneecap's
+//     agent-check) against replicas alone: TestFleetComposes.
 //   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
 //     suite (synctest needs a test): the full sweep checked against the
 //     issue's thresholds, or what its flags choose (scenarios, caps, seed,

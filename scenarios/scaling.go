@@ -44,6 +44,16 @@ type Scaling struct {
 	// Fixed, when positive, runs a fleet of that size with no autoscaler
 	// (the right-sized fleet the autoscaled one is judged against).
 	Fixed int
+	// StepFactors, when set, slow the engine of the i-th replica started
+	// by StepFactors[i] (1.25: every step a quarter longer).
+	StepFactors []float64
+	// Weighted makes the balancer weigh each replica by its cap, as HAProxy
+	// does with kneecap's agent-check (leastconn: the fewest requests in
+	// flight per unit of weight), the weights read once a second.
+	Weighted bool
+	// Tries bounds the replicas the balancer tries per request (0: 3);
+	// 1 is a balancer that cannot retry a refusal.
+	Tries int
 }
 
 // HPA is the Kubernetes HorizontalPodAutoscaler's rule (autoscaling/v2)
@@ -131,6 +141,7 @@ type member struct {
 	ready   bool               // in the balancer
 	loading bool
 	flight  int // requests the balancer has in flight on it
+	weight  int // its cap, as the agent last reported it (Weighted)
 	samples []float64
 }
 
@@ -188,6 +199,9 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 		f.wg.Go(func() { f.autoscale(ctx) })
 	}
 	f.wg.Go(func() { f.scrape(ctx) })
+	if s.Weighted {
+		f.wg.Go(func() { f.agent(ctx) })
+	}
 
 	total := s.Phases[0] + s.Phases[1] + s.Phases[2]
 	rateAt := func(elapsed time.Duration) float64 {
@@ -254,12 +268,19 @@ func (f *fleet) add(delay time.Duration) error {
 	m := &member{name: fmt.Sprintf("replica-%d", f.next), loading: true}
 	f.members = append(f.members, m)
 	seed := f.seed*100 + uint64(f.next)
+	factor := 0.0
+	if f.next <= len(f.s.StepFactors) {
+		factor = f.s.StepFactors[f.next-1]
+	}
 	f.mu.Unlock()
 	start := func() error {
 		quiet := slog.New(slog.DiscardHandler)
 		eng, err := sim.New(sim.Config{Profile: f.s.Profile, Seed: seed, Registry: prometheus.NewRegistry(), Logger: quiet, Stagger: eventSpacing})
 		if err != nil {
 			return err
+		}
+		if factor > 0 {
+			eng.SetStepFactor(factor)
 		}
 		engE, _ := newEndpoint(m.name+"-engine", false)
 		gwE, _ := newEndpoint(m.name, false)
@@ -359,11 +380,15 @@ func (f *fleet) RoundTrip(req *http.Request) (*http.Response, error) {
 	tried := map[*member]bool{}
 	var last *http.Response
 	var lastErr error = fmt.Errorf("no replica ready")
-	for try := 0; try < 3; try++ {
+	tries := f.s.Tries
+	if tries <= 0 {
+		tries = 3
+	}
+	for try := 0; try < tries; try++ {
 		f.mu.Lock()
 		var m *member
 		for _, c := range f.members {
-			if c.ready && !tried[c] && (m == nil || c.flight < m.flight) {
+			if c.ready && !tried[c] && (m == nil || f.less(c, m)) {
 				m = c
 			}
 		}
@@ -406,6 +431,38 @@ func (f *fleet) RoundTrip(req *http.Request) (*http.Response, error) {
 		return last, nil
 	}
 	return nil, lastErr
+}
+
+// less reports whether the balancer prefers a to b: fewer requests in
+// flight, or with Weighted fewer per unit of weight, (flight+1)/weight as
+// HAProxy's leastconn orders servers.
+func (f *fleet) less(a, b *member) bool {
+	if !f.s.Weighted {
+		return a.flight < b.flight
+	}
+	wa, wb := max(a.weight, 1), max(b.weight, 1)
+	return (a.flight+1)*wb < (b.flight+1)*wa
+}
+
+// agent reads every ready replica's cap once a second, as HAProxy's
+// agent-check (agent-inter 1s) reads kneecap's "ready up <cap>%".
+func (f *fleet) agent(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.mu.Lock()
+			for _, m := range f.members {
+				if m.gw != nil {
+					m.weight = m.gw.Limiter().Limit()
+				}
+			}
+			f.mu.Unlock()
+		}
+	}
 }
 
 func (f *fleet) done(m *member) {
