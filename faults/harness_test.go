@@ -39,6 +39,13 @@ type gw struct {
 // t.Cleanup.
 func startGateway(t *testing.T, eng *testengine.Engine, env ...string) *gw {
 	t.Helper()
+	return startGatewayWith(t, eng, nil, env...)
+}
+
+// startGatewayWith is startGateway with more options of gateway.New (a
+// logger, say).
+func startGatewayWith(t *testing.T, eng *testengine.Engine, opts []gateway.Option, env ...string) *gw {
+	t.Helper()
 	cfg, err := gateway.ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + eng.URL().String()}, env...))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +59,7 @@ func startGateway(t *testing.T, eng *testengine.Engine, env ...string) *gw {
 		t.Fatal(err)
 	}
 	h := &gw{reg: prometheus.NewRegistry(), traffic: "http://" + tl.Addr().String(), admin: "http://" + al.Addr().String(), done: make(chan error, 1)}
-	if h.g, err = gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithRegistry(h.reg)); err != nil {
+	if h.g, err = gateway.New(cfg, append([]gateway.Option{gateway.WithListeners(tl, al), gateway.WithRegistry(h.reg)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,7 +23,11 @@
 // Both engines serve POST /v1/chat/completions and /v1/completions, GET
 // /health, /v1/models and /test/stats, and take one request's behaviour from
 // its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens] and
-// [HeaderFault] with a Fault* mode.
+// [HeaderFault] with a Fault* mode. GET /metrics answers the engine's
+// Prometheus exposition (vLLM's names on uvicorn, llama.cpp's on httplib,
+// following the requests being served), or, for an engine started
+// [WithMetricsFault], fails for its whole life: missing, a 30 s hang, 50
+// MiB of garbage, or NaN values (the Metrics* modes).
 //
 // # Ownership
 //
