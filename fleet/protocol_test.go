@@ -25,7 +25,10 @@ func (a answer) complete() bool {
 	return a.err == nil && a.status == http.StatusOK && strings.HasSuffix(a.body, "data: [DONE]\n\n")
 }
 
-const streamBody = `{"model":"fake","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+// streamBody carries a 4,000-word prompt (about 20 KiB), larger than
+// HAProxy's default buffer: a layer-7 retry needs tune.bufsize above it.
+var streamBody = `{"model":"fake","stream":true,"messages":[{"role":"user","content":"` +
+	strings.TrimSpace(strings.Repeat("word ", 4000)) + `"}]}`
 
 func post(url string) answer {
 	resp, err := http.Post(url+"/v1/chat/completions", "application/json", strings.NewReader(streamBody))
