@@ -16,12 +16,13 @@
 //     what a load measured: goodput, and the requests lost (neither a 200
 //     nor a 429 with Retry-After).
 //   - protocol_test.go: what kneecap tells a balancer, checked through each
-//     balancer: a refusal retried on another replica, a 429 for the client
-//     only when every replica refused, a draining replica's 503 retried.
+//     balancer with 20 KiB prompts: a refusal retried on another replica, a
+//     429 for the client only when every replica refused, a draining
+//     replica's 503 retried.
 //   - fleet_test.go: TestFleet, three replicas behind each balancer against
 //     replicas alone in the same run (a slower third replica in the
-//     hetero-* cases); its flags set the windows and rounds
-//     (scripts/fleet-bench).
+//     hetero-* cases); its flags set the windows, rounds, cases and the
+//     engines' speed-up (scripts/fleet-bench).
 //   - docs_test.go: docs/operating.md shows deploy/fleet as it is.
 //
 // The load tests run in real time and skip under -race and in -short; CI
