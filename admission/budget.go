@@ -39,6 +39,14 @@ type Costs struct {
 	// MeanOutput is the output tokens expected of a request that gives no
 	// bound (Request.MaxOutput 0), and the most expected of one that does.
 	MeanOutput int
+	// OversizeShare is the share of the engine's time (0 to 1) that
+	// requests too long to meet their TTFT target even alone may take in
+	// prefill: each such request spends its predicted prefill from a credit
+	// that grows at this share of the time passed (up to oversizeCredit),
+	// and starts only when the credit covers it and no other prefill is
+	// under way. 0 means no bound (they start whenever no other prefill is
+	// under way).
+	OversizeShare float64
 	// MaxPrefillTokens, when positive, is a static bound on the prompt
 	// tokens in the prefill phase (granted without a first token yet, and
 	// queued): a request that would take them beyond it is refused at once
@@ -153,6 +161,10 @@ type budget struct {
 	prefillBound time.Duration
 	prefilling   []*Ticket // granted, no first token yet, oldest first
 	costs        Costs
+	// credit is the prefill time requests too long for their target may
+	// still take (see Costs.OversizeShare), as of creditAt.
+	credit   time.Duration
+	creditAt time.Time
 	held         [heldReasons]int64
 }
 
@@ -198,6 +210,32 @@ func (b *budget) fits(now time.Time, c candidate, running, resident, reserved in
 	return true, 0
 }
 
+// oversizeCredit bounds the credit of prefill time for requests too long
+// for their target: a burst of them after a quiet spell takes at most this.
+const oversizeCredit = 5 * time.Second
+
+// refill adds to the credit the share of the time since it was last
+// refilled.
+func (b *budget) refill(now time.Time) {
+	if b.creditAt.IsZero() {
+		b.creditAt, b.credit = now, oversizeCredit
+		return
+	}
+	if dt := now.Sub(b.creditAt); dt > 0 {
+		b.credit = min(b.credit+time.Duration(b.costs.OversizeShare*float64(dt)), oversizeCredit)
+		b.creditAt = now
+	}
+}
+
+// oversizeFits reports whether a doomed request's prefill fits the credit.
+func (b *budget) oversizeFits(now time.Time, c candidate) bool {
+	if b.costs.OversizeShare <= 0 {
+		return true
+	}
+	b.refill(now)
+	return b.credit >= b.costs.Alone(c.prompt)
+}
+
 // doomed reports whether c would miss its TTFT deadline even with the
 // engine to itself: such a request starts only when no other prefill is
 // under way (it is never refused for its size, only kept from spoiling
@@ -233,11 +271,14 @@ func (b *budget) late(now time.Time, c candidate, running, resident int) bool {
 // it would push past one. With no prefill under way anything fits; a
 // doomed c (see doomed) fits only then.
 func (b *budget) prefillFits(now time.Time, c candidate, running, resident int) bool {
-	if !b.costs.knowsPrefill() || b.livePrefills(now) == 0 {
+	if !b.costs.knowsPrefill() {
 		return true
 	}
 	if b.doomed(now, c) {
-		return false
+		return b.livePrefills(now) == 0 && b.oversizeFits(now, c)
+	}
+	if b.livePrefills(now) == 0 {
+		return true
 	}
 	step := b.costs.Step(running, resident)
 	start, batch := b.nextBatch(now, step)
@@ -328,6 +369,10 @@ func (b *budget) take(now time.Time, t *Ticket, running, resident int) {
 		t.aheadSpan = now.Sub(b.prefilling[0].granted)
 	}
 	t.step = b.costs.Step(running, resident)
+	if b.costs.knowsPrefill() && !t.deadline.IsZero() && now.Add(b.costs.Alone(t.est)).After(t.deadline) && b.costs.OversizeShare > 0 {
+		b.refill(now)
+		b.credit -= b.costs.Alone(t.est) // too long for its target: it spends the credit
+	}
 	t.prefilling = true
 	// It counts as prefilling until its first token, for at most the
 	// bound, or twice its own predicted prefill where that is longer (a

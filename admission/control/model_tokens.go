@@ -412,6 +412,12 @@ func (c *Controller) stallPer(outMean float64) float64 {
 	return math.Max(f.c[0]+f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
 }
 
+// oversizeShare is the share of the engine's time that requests too long
+// to meet their TTFT target even alone may take in prefill (see
+// admission.Costs.OversizeShare): they are served, never starved, but at a
+// tenth of the engine at most while others can meet theirs.
+const oversizeShare = 0.1
+
 // tokenBudget reports whether the limiter holds a token budget for
 // prefills: the model knows their cost and the budget is not turned off.
 func (c *Controller) tokenBudget() bool {
@@ -434,6 +440,7 @@ func (c *Controller) Costs() admission.Costs {
 	}
 	k := c.tok.costs(limit, c.tab.s.outMean)
 	k.StallPerRunning = seconds(c.tab.s.stallPer)
+	k.OversizeShare = oversizeShare
 	return k
 }
 
