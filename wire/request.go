@@ -107,8 +107,13 @@ func firstError(errs ...error) error {
 
 // EnsureIncludeUsage returns body with stream_options.include_usage set to
 // true, keeping every other field (including other stream_options) as it was.
-// The body must be a JSON object.
+// The body must be a JSON object. Without a stream_options member the body
+// keeps its bytes and gains that member first (spliceIncludeUsage);
+// otherwise it is encoded anew, keys sorted.
 func EnsureIncludeUsage(body []byte) ([]byte, error) {
+	if out, ok := spliceIncludeUsage(body); ok {
+		return out, nil
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil {
 		return nil, err
