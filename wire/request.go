@@ -44,8 +44,12 @@ const maxN = 128
 // part is accepted, so 256, 256.0 and 2.56e2 are all 256, while 256.5 or a
 // string is an error. Unknown fields are ignored.
 func ParseRequest(body []byte) (Request, error) {
-	var f openAIRequest
-	err := decodeBody(body, &f)
+	f, fast := parseOpenAIFast(body)
+	var err error
+	if !fast {
+		f = openAIRequest{}
+		err = decodeBody(body, &f)
+	}
 	r := Request{Model: f.Model, Stream: f.Stream, StreamOptions: f.StreamOptions,
 		MaxTokens: f.MaxTokens.ptr(), MaxCompletionTokens: f.MaxCompletionTokens.ptr(), N: f.N.v}
 	if err != nil {
