@@ -172,7 +172,8 @@ func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*h
 	if err != nil {
 		return nil, err
 	}
-	u := *p.cfg.Upstream
+	u := out.URL // NewRequest's, parsed from "": filled in place
+	*u = *p.cfg.Upstream
 	u.Path, u.RawPath = joinPath(u.Path, in.URL.Path), ""
 	if u.RawQuery == "" || in.URL.RawQuery == "" {
 		u.RawQuery += in.URL.RawQuery
@@ -180,7 +181,7 @@ func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*h
 		u.RawQuery += "&" + in.URL.RawQuery
 	}
 	u.Host = strings.TrimSuffix(u.Host, ":") // as NewRequest removes an empty port
-	out.URL, out.Host = &u, u.Host
+	out.Host = u.Host
 	if len(body) == 0 {
 		out.Body, out.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
 	} else {
