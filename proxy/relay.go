@@ -57,6 +57,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		haveFirstObs bool
 		runningSum   int // over output chunks, for rec.MeanRunning
 		chunkObs     = make([]Chunk, 0, 4)
+		// The limiter hears of the first token once it has been flushed
+		// too: its lock is every request's (Acquire, Release), and a
+		// holder that the OS deschedules must not hold back the bytes a
+		// client waits for first. Its effect (the next prefill may start)
+		// comes a write later.
+		tellFirst bool
 	)
 	// Flush when the reader holds no further event that already arrived:
 	// each event still reaches the client as soon as it arrived, but events
@@ -93,8 +99,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 					running := int(p.running.Load())
 					runningSum += running
 					if first.IsZero() {
-						first = now
-						x.ticket.FirstToken()
+						first, tellFirst = now, true
 						if timer != nil {
 							timer.Stop()
 						}
@@ -129,6 +134,10 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			}
 		}
 		if !dirty {
+			if tellFirst {
+				x.ticket.FirstToken()
+				tellFirst = false
+			}
 			p.observe(&firstObs, &haveFirstObs, &chunkObs)
 		}
 	}
@@ -137,6 +146,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	x.deadline.refresh(time.Now())
 	if dirty && !clientGone {
 		_ = rc.Flush()
+	}
+	if tellFirst {
+		x.ticket.FirstToken()
 	}
 	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()

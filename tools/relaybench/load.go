@@ -95,7 +95,11 @@ func oneStream(ctx context.Context, client *http.Client, base string, w workload
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return streamResult{broken: true, reason: "status " + strconv.Itoa(resp.StatusCode)}
+		reason := "status " + strconv.Itoa(resp.StatusCode)
+		if why := resp.Header.Get("X-Kneecap-Reason"); why != "" {
+			reason += " (" + why + ")" // a refusal by kneecap's admission, not a relay failure
+		}
+		return streamResult{broken: true, reason: reason}
 	}
 	var res streamResult
 	br := bufio.NewReaderSize(resp.Body, 4096)
