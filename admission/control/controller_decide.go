@@ -204,7 +204,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.noteLoad(now, load) // light load is judged with a fixed cap too (admitPaced)
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
-	if c.boundByEngine(now) {
+	if c.boundByEngine(now) || c.boundByBudget(now, load) {
 		c.noteLoad(now, load)
 		c.changedAt = now
 		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}

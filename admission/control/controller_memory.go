@@ -1,6 +1,9 @@
 package control
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // What the controller remembers between decisions besides the model: the
 // levels the cap was lowered from (barred from raises for a while), the
@@ -91,6 +94,25 @@ func (c *Controller) usefulCap() int {
 		return c.cfg.MaxCap
 	}
 	return max(c.peakRun+max(1, c.peakRun/4), c.cfg.MinCap)
+}
+
+// boundByBudget brings the cap down to usefulCap when the token budget has
+// held the engine below it for a whole minute under demand (requests
+// queued or refused): the count no longer binds there, and the choice of
+// the cap for goodput (where the targets are met and the engine serves the
+// most) is made again from where the engine runs. Without it, a cap raised
+// before prompts grew stayed where the budget left it unused (scenario 4's
+// second half: 13 against the oracle's 5, at 0.90 of its goodput).
+func (c *Controller) boundByBudget(now time.Time, load Load) bool {
+	u := c.usefulCap()
+	if !c.tokenBudget() || c.cfg.Fixed || c.cap <= u || now.Sub(c.changedAt) < peakMemory ||
+		now.Sub(c.peakRunAt) >= peakMemory || (load.PeakQueued == 0 && load.Rejected == 0) {
+		return false
+	}
+	old := c.cap
+	c.cap = u
+	c.reason = fmt.Sprintf("lower %d->%d: the token budget held the engine at %d running at most for a minute", old, c.cap, c.peakRun)
+	return true
 }
 
 // lightLoad reports whether the engine runs at most n requests on average
