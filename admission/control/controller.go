@@ -219,6 +219,9 @@ type Controller struct {
 	// above it would lift a cap nothing reaches (see usefulCap).
 	peakRun   int
 	peakRunAt time.Time
+	// unusedSince is since when every decision saw demand while the cap
+	// stood above usefulCap (see boundByBudget); zero: not now.
+	unusedSince time.Time
 	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
 	dwell          perLevel
 	lastDwell      time.Time
