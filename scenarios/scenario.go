@@ -58,6 +58,10 @@ type Scenario struct {
 	// suite stays within CI's time; the oracle is checked to lie below it
 	// (report.go).
 	MaxSweptCap int
+	// SweptCaps, when set, are the only static caps swept (of the suite's):
+	// a coarse sweep where goodput is flat over a wide range (the oracle is
+	// checked to lie inside it, not at its top).
+	SweptCaps []int
 	// ColdStart measures the adaptive run's convergence as the time a
 	// fresh gateway takes to serve near the oracle's goodput
 	// (coldConverge), not by its cap's trajectory.
@@ -239,6 +243,7 @@ func All() []Scenario {
 		s(16, "chat-rag", func(sc *Scenario) {
 			sc.Users = 64
 			sc.Workload, sc.Long, sc.LongShare = ChatWorkload, RAGWorkload, 0.2
+			sc.MaxSweptCap = 16
 		}),
 		s(17, "long-prompt-flood", func(sc *Scenario) {
 			sc.Users = 64
@@ -246,6 +251,7 @@ func All() []Scenario {
 			sc.FloodUsers, sc.FloodWorkload = 16, FloodWorkload
 			sc.Timing = Timing{Warmup: time.Minute, Window: 5 * time.Minute}
 			sc.FloodAt, sc.FloodFor = 2*time.Minute, 2*time.Minute
+			sc.SweptCaps = []int{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64}
 		}),
 		s(18, "hidden-kv", func(sc *Scenario) {
 			sc.Users = 64

@@ -139,7 +139,7 @@ func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Co
 func (s *Suite) modes(sc Scenario) []Mode {
 	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
 	for _, c := range s.Options.Caps {
-		if sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap {
+		if (sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap) && (len(sc.SweptCaps) == 0 || slices.Contains(sc.SweptCaps, c)) {
 			m = append(m, Mode{Kind: "static", Cap: c})
 		}
 	}
