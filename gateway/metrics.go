@@ -119,7 +119,7 @@ func (m *metrics) Done(r slo.Record) {
 	}
 	m.outputTokens.Add(float64(r.OutputTokens))
 	m.e2e.Observe(r.E2E.Seconds())
-	if r.Streamed && r.OutputChunks > 0 {
+	if r.FirstObserved() {
 		m.ttftClient.Observe(r.TTFT.Seconds())
 		m.ttftEngine.Observe(r.EngineTTFT.Seconds())
 	}
