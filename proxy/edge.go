@@ -107,7 +107,7 @@ var failures = [...]failure{
 	{admission.ErrQueueTimeout, http.StatusTooManyRequests, wire.TypeRateLimit, "queue_timeout", slo.Rejected,
 		"no slot became free within the queue-wait bound; retry after the Retry-After header", "", true},
 	{admission.ErrDeadline, http.StatusTooManyRequests, wire.TypeRateLimit, "deadline", slo.Rejected,
-		"the request would miss its time-to-first-token target if queued; retry after the Retry-After header", "", true},
+		"the request would miss its latency target if queued (time to first token; end to end for a request that is not streamed); retry after the Retry-After header", "", true},
 	{admission.ErrShed, http.StatusTooManyRequests, wire.TypeRateLimit, "shed", slo.Rejected,
 		"the queue was full and this request gave its place to one of higher priority or of a tenant under its share; retry after the Retry-After header", "", true},
 	{admission.ErrDraining, http.StatusServiceUnavailable, wire.TypeRateLimit, "draining", slo.Rejected,
