@@ -34,7 +34,9 @@ var ErrAnswerTooLarge = errors.New("wire: reassembled answer larger than its bou
 //     the first chunk that has them (engines that repeat them are not
 //     concatenated); tool_calls are merged by their "index" into whole
 //     calls without it; a message always has "role" (the engine's, or
-//     "assistant") and "content" (null when the stream had none);
+//     "assistant") and "content": null when the stream had none, or only
+//     the empty string vLLM's first chunk carries before tool calls (its
+//     non-streamed answer, llama.cpp's and OpenAI's have null there);
 //   - a completion choice's "text" is concatenated;
 //   - every other field of a choice (finish_reason, stop_reason,
 //     matched_stop, ...) and of the top level (id, created, model,
@@ -393,12 +395,14 @@ func writeMessage(out []byte, m *node) []byte {
 		out = append(out, `"assistant"`...)
 	}
 	out = append(out, `,"content":`...)
-	if c := m.named("content"); c != nil {
+	tc := m.named("tool_calls")
+	calls := tc != nil && tc.set && len(tc.items) > 0
+	if c := m.named("content"); c != nil && !(calls && c.kind == kindString && len(c.raw) == 0) {
 		out = writeNode(out, c)
 	} else {
-		out = append(out, "null"...)
+		out = append(out, "null"...) // none, or only the "" an engine opens with before its tool calls
 	}
-	if tc := m.named("tool_calls"); tc != nil {
+	if tc != nil {
 		out = append(out, `,"tool_calls":`...)
 		out = writeNode(out, tc)
 	}
