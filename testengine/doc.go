@@ -22,8 +22,14 @@
 //
 // Both engines serve POST /v1/chat/completions and /v1/completions, GET
 // /health, /v1/models and /test/stats, and take one request's behaviour from
-// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens] and
-// [HeaderFault] with a Fault* mode.
+// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens],
+// [HeaderLogprobs], [HeaderToolCalls] and [HeaderFault] with a Fault* mode.
+// A request's answer that is not streamed is the one its stream adds up
+// to, in the form the engine gives it: vLLM's model_dump of its response
+// (every field, nulls included; the uvicorn engine also honours "n") and
+// llama.cpp's to_json_oaicompat (timings, prompt_tokens_details), so that a
+// gateway's answer reassembled from the stream can be compared with it
+// field by field.
 //
 // # Ownership
 //
