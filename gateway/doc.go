@@ -41,7 +41,9 @@
 //     per-class and top-N-tenant metrics and /status rows, read from the
 //     limiter at scrape time, and the per-class request counter.
 //   - admin.go: the admin endpoints and the /status document ([Status];
-//     "adaptive" is true only when the cap moves at run time).
+//     "adaptive" is true only when the cap moves at run time;
+//     "not_streamed" names the routes that reassemble a request that is
+//     not streamed and those that relay it whole, with their counts).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //
 // Measurements flow one way: the proxy reports each observation to a fan-out

@@ -129,6 +129,7 @@ type Gateway struct {
 	ctrl      CapControl
 	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
+	metrics   *metrics
 	registry  *prometheus.Registry
 	transport http.RoundTripper
 	traffic   http.Handler
@@ -176,6 +177,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	})
 	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
 	m := newMetrics(g.registry)
+	g.metrics = m
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
 	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 
