@@ -17,6 +17,9 @@
 //     bodies that are not JSON, broken SSE, an oversized event, restarts).
 //   - clients_test.go: the clients fail (1,000 leave while queued or
 //     mid-stream, one reads a byte a second, one never reads).
+//   - metrics_test.go: the engine's metrics endpoint fails (missing,
+//     hanging 30 s, 50 MiB of garbage, NaN values) while the gateway
+//     reads it (issue 20): traffic unaffected, one log line each.
 //   - classes_test.go: priority classes and tenants (issue 16) on each
 //     stack: a class's queue wait, hostile tenant headers, an unknown
 //     class, a client that leaves the queue.

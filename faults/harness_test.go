@@ -39,12 +39,19 @@ type gw struct {
 // t.Cleanup.
 func startGateway(t *testing.T, eng *testengine.Engine, env ...string) *gw {
 	t.Helper()
-	return startGatewayURL(t, append([]string{"KNEECAP_UPSTREAM=" + eng.URL().String()}, env...))
+	return startGatewayWith(t, eng, nil, env...)
+}
+
+// startGatewayWith is startGateway with more options of gateway.New (a
+// logger, say).
+func startGatewayWith(t *testing.T, eng *testengine.Engine, opts []gateway.Option, env ...string) *gw {
+	t.Helper()
+	return startGatewayURL(t, opts, append([]string{"KNEECAP_UPSTREAM=" + eng.URL().String()}, env...))
 }
 
 // startGatewayURL runs a gateway with the settings env (KNEECAP_UPSTREAM
-// among them) and stops it in t.Cleanup.
-func startGatewayURL(t *testing.T, env []string) *gw {
+// among them) and the options opts, and stops it in t.Cleanup.
+func startGatewayURL(t *testing.T, opts []gateway.Option, env []string) *gw {
 	t.Helper()
 	cfg, err := gateway.ConfigFromEnv(env)
 	if err != nil {
@@ -59,7 +66,7 @@ func startGatewayURL(t *testing.T, env []string) *gw {
 		t.Fatal(err)
 	}
 	h := &gw{reg: prometheus.NewRegistry(), traffic: "http://" + tl.Addr().String(), admin: "http://" + al.Addr().String(), done: make(chan error, 1)}
-	if h.g, err = gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithRegistry(h.reg)); err != nil {
+	if h.g, err = gateway.New(cfg, append([]gateway.Option{gateway.WithListeners(tl, al), gateway.WithRegistry(h.reg)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

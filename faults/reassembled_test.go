@@ -115,7 +115,7 @@ func reEngines(t *testing.T) []reEngine {
 func TestReassembledMatchesEngine(t *testing.T) {
 	for _, e := range reEngines(t) {
 		t.Run(e.name, func(t *testing.T) {
-			h := startGatewayURL(t, []string{"KNEECAP_UPSTREAM=" + e.url, "KNEECAP_MAX_CONCURRENCY=4", "KNEECAP_SLO_TTFT=10s", "KNEECAP_SLO_TPOT=1s"})
+			h := startGatewayURL(t, nil, []string{"KNEECAP_UPSTREAM=" + e.url, "KNEECAP_MAX_CONCURRENCY=4", "KNEECAP_SLO_TTFT=10s", "KNEECAP_SLO_TPOT=1s"})
 			c := &http.Client{Transport: &http.Transport{}}
 			t.Cleanup(c.CloseIdleConnections)
 			for _, tc := range reCases {

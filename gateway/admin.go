@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kneecap/kneecap/admission/control"
+	"github.com/kneecap/kneecap/enginemetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
@@ -107,6 +108,10 @@ type Status struct {
 	NotStreamed NotStreamedStatus `json:"not_streamed"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
+	// EngineMetrics is the reading of the engine's own metrics endpoint
+	// (state "off" without one): its state, last error, the newest
+	// reading of the KV cache, scrapes and failures.
+	EngineMetrics enginemetrics.Status `json:"engine_metrics"`
 }
 
 // NotStreamedStatus says which generation routes reassemble a request
@@ -211,6 +216,7 @@ func (g *Gateway) Status() Status {
 	if g.status != nil {
 		s.Controller = g.status.Status()
 	}
+	s.EngineMetrics = g.engine.Status()
 	return s
 }
 

@@ -112,6 +112,15 @@ type Config struct {
 	DrainTimeout time.Duration `env:"DRAIN_TIMEOUT" envDefault:"30s"`
 	// UpstreamHealthPath is probed by /readyz.
 	UpstreamHealthPath string `env:"UPSTREAM_HEALTH_PATH" envDefault:"/health"`
+	// EngineMetrics is where the engine publishes its Prometheus metrics,
+	// read every EngineMetricsInterval for its own KV-cache occupancy
+	// (package enginemetrics): a path on the upstream (a query too, as
+	// llama.cpp's router mode needs ?model=), an absolute http(s) URL, or
+	// off. Empty, in a Config built in code, means off.
+	EngineMetrics string `env:"ENGINE_METRICS" envDefault:"/metrics"`
+	// EngineMetricsInterval is the time between scrapes (each is cut at
+	// three quarters of it); 0 means 1s.
+	EngineMetricsInterval time.Duration `env:"ENGINE_METRICS_INTERVAL" envDefault:"1s"`
 
 	// SLOPercentile, MinCap and MaxCap are for the adaptive controller: the
 	// share of requests that must meet the targets at the chosen cap
@@ -375,7 +384,50 @@ func (c Config) Validate() error {
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("LogFormat", "must be text or json")
 	}
+	if err := c.validateEngineMetrics(bad); err != nil {
+		return err
+	}
 	return c.validateClasses(bad)
+}
+
+// validateEngineMetrics checks the settings of the engine's metrics
+// scrape.
+func (c Config) validateEngineMetrics(bad func(field, format string, args ...any) error) error {
+	switch s := c.EngineMetrics; {
+	case s == "" || s == "off":
+	case strings.HasPrefix(s, "/"):
+		if u, err := url.Parse(s); err != nil || u.Scheme != "" || u.Host != "" || u.Fragment != "" {
+			return bad("EngineMetrics", "must be off, a path on the upstream such as /metrics, or an absolute http(s) URL")
+		}
+	default:
+		if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return bad("EngineMetrics", "must be off, a path on the upstream such as /metrics, or an absolute http(s) URL")
+		}
+	}
+	if d := c.EngineMetricsInterval; d != 0 && (d < 100*time.Millisecond || d > time.Hour) {
+		return bad("EngineMetricsInterval", "must be between 100ms and 1h (0: 1s)")
+	}
+	return nil
+}
+
+// EngineMetricsURL returns the engine's metrics endpoint: EngineMetrics on
+// the upstream, or as given when absolute; nil when off. EngineMetrics
+// must have passed Validate.
+func (c Config) EngineMetricsURL() *url.URL {
+	s := c.EngineMetrics
+	if s == "" || s == "off" {
+		return nil
+	}
+	ref, err := url.Parse(s)
+	if err != nil {
+		return nil
+	}
+	if ref.IsAbs() {
+		return ref
+	}
+	u := *c.Upstream
+	u.Path, u.RawPath, u.RawQuery, u.Fragment = joinURLPath(u.Path, ref.Path), "", ref.RawQuery, ""
+	return &u
 }
 
 // validateClasses checks the settings of classes and tenants.

@@ -43,7 +43,14 @@
 //   - admin.go: the admin endpoints and the /status document ([Status];
 //     "adaptive" is true only when the cap moves at run time;
 //     "not_streamed" names the routes that reassemble a request that is
-//     not streamed and those that relay it whole, with their counts).
+//     not streamed and those that relay it whole, with their counts;
+//     "engine_metrics" the engine's own KV reading).
+//   - The engine's own metrics (KNEECAP_ENGINE_METRICS, package
+//     enginemetrics): New builds the scraper of the engine's Prometheus
+//     endpoint (over the injected transport if there is one, else its
+//     own), registers its kneecap_engine_* metrics and hands it to the
+//     controller in [Host].EngineMetrics; [Gateway.EngineMetrics] returns
+//     it (nil when off).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //
 // Measurements flow one way: the proxy reports each observation to a fan-out
@@ -52,14 +59,16 @@
 //
 // # Concurrency model
 //
-// New starts nothing. Run starts the two HTTP servers, the controller's Run
-// and a shutdown goroutine under errgroup.WithContext; when the context
-// ends (SIGTERM in `kneecap serve`) it marks the gateway draining (/readyz
-// 503), drains the limiter (queued requests get 503), shuts the traffic
-// server down within DrainTimeout (cutting streams still running after
-// it), waits for every traffic handler to return, shuts the admin server
-// down and closes idle engine connections. Nothing outlives Run, so a whole
-// system can run inside a testing/synctest bubble over net.Pipe
+// New starts nothing. Run starts the two HTTP servers, the controller's Run,
+// the engine-metrics scraper's Run (when on; its failures are logged and
+// never end the gateway) and a shutdown goroutine under
+// errgroup.WithContext; when the context ends (SIGTERM in `kneecap serve`)
+// it marks the gateway draining (/readyz 503), drains the limiter (queued
+// requests get 503), shuts the traffic server down within DrainTimeout
+// (cutting streams still running after it), waits for every traffic
+// handler to return, shuts the admin server down and, once the scraper has
+// returned, closes idle engine connections. Nothing outlives Run, so a
+// whole system can run inside a testing/synctest bubble over net.Pipe
 // connections (WithListeners, WithTransport).
 //
 // # Ownership

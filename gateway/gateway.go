@@ -16,6 +16,7 @@ import (
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/admission/control"
+	"github.com/kneecap/kneecap/enginemetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
@@ -49,6 +50,10 @@ type Host struct {
 	Registerer prometheus.Registerer
 	// Logger is the gateway's logger.
 	Logger *slog.Logger
+	// EngineMetrics reads the engine's own KV-cache occupancy
+	// (Latest); nil when KNEECAP_ENGINE_METRICS is off, and its methods
+	// Latest and Status answer "nothing known" then. The gateway runs it.
+	EngineMetrics *enginemetrics.Scraper
 }
 
 // CapControlFunc builds a controller once the limiter exists. Returning
@@ -130,6 +135,8 @@ type Gateway struct {
 	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
 	metrics   *metrics
+	engine    *enginemetrics.Scraper // nil: off
+	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	registry  *prometheus.Registry
 	transport http.RoundTripper
 	traffic   http.Handler
@@ -181,7 +188,18 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
 	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 
-	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log})
+	if u := cfg.EngineMetricsURL(); u != nil {
+		em, err := enginemetrics.New(enginemetrics.Config{
+			URL: u, Interval: cfg.EngineMetricsInterval, Logger: g.log, Registerer: g.registry,
+			Transport: g.opts.transport, // injected: the only way to the engine (pipes); else a transport of its own
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: engine metrics: %w", err)
+		}
+		g.engine = em
+	}
+
+	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log, EngineMetrics: g.engine})
 	if err != nil {
 		return nil, fmt.Errorf("gateway: controller: %w", err)
 	}
@@ -293,6 +311,11 @@ func (g *Gateway) Limiter() *admission.Limiter { return g.lim }
 // Window returns the gateway's sliding-window statistics.
 func (g *Gateway) Window() *slo.Window { return g.win }
 
+// EngineMetrics returns the reader of the engine's own KV-cache occupancy,
+// which Run runs; nil when KNEECAP_ENGINE_METRICS is off (its Latest and
+// Status are safe on nil).
+func (g *Gateway) EngineMetrics() *enginemetrics.Scraper { return g.engine }
+
 // Drain starts a graceful stop of admission: /readyz turns 503, queued
 // requests and every later generation request get 503 (draining); running
 // streams go on. Run calls it when its context ends.
@@ -352,6 +375,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if g.engine != nil {
+		g.scraped = make(chan struct{})
+		eg.Go(func() error {
+			// Never the gateway's failure: the scraper only returns when
+			// egCtx ends (or for a second Run, a bug).
+			defer close(g.scraped)
+			if err := g.engine.Run(egCtx); err != nil {
+				g.log.Error("engine metrics", "err", err)
+			}
+			return nil
+		})
+	}
 	eg.Go(func() error {
 		<-egCtx.Done()
 		g.shutdown(trafficSrv, adminSrv)
@@ -376,6 +411,9 @@ func (g *Gateway) shutdown(traffic, admin *http.Server) {
 	defer acancel()
 	if err := admin.Shutdown(actx); err != nil {
 		_ = admin.Close()
+	}
+	if g.scraped != nil {
+		<-g.scraped // its last connection back in the pool, if it shares the transport
 	}
 	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()

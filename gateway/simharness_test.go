@@ -20,6 +20,22 @@ import (
 // engine to stop.
 func behindSim(t *testing.T, scfg sim.Config, environ []string, opts ...Option) (*http.Client, func()) {
 	t.Helper()
+	h := startBehindSim(t, scfg, environ, opts...)
+	return h.client, h.stop
+}
+
+// simHarness is what startBehindSim runs: the gateway, the simulator, a
+// client of each of the gateway's listeners (http://gateway and
+// http://admin), and stop (see behindSim).
+type simHarness struct {
+	g             *Gateway
+	engine        *sim.Sim
+	client, admin *http.Client
+	stop          func()
+}
+
+func startBehindSim(t *testing.T, scfg sim.Config, environ []string, opts ...Option) *simHarness {
+	t.Helper()
 	quiet := slog.New(slog.DiscardHandler)
 	scfg.Logger, scfg.Registry = quiet, prometheus.NewRegistry()
 	engine, err := sim.New(scfg)
@@ -45,15 +61,21 @@ func behindSim(t *testing.T, scfg sim.Config, environ []string, opts ...Option) 
 	}
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(ctx) }()
-	clientT := gwL.Transport()
-	return &http.Client{Transport: clientT}, func() {
-		cancel()
-		if err := <-runErr; err != nil {
-			t.Fatal(err)
-		}
-		clientT.CloseIdleConnections()
-		_ = engSrv.Close()
-		engT.CloseIdleConnections()
-		bg.Wait()
+	clientT, adminT := gwL.Transport(), adminL.Transport()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-runErr; err != nil {
+				t.Error(err)
+			}
+			clientT.CloseIdleConnections()
+			adminT.CloseIdleConnections()
+			_ = engSrv.Close()
+			engT.CloseIdleConnections()
+			bg.Wait()
+		})
 	}
+	t.Cleanup(stop) // in the bubble, after a test that failed before its stop
+	return &simHarness{g: g, engine: engine, client: &http.Client{Transport: clientT}, admin: &http.Client{Transport: adminT}, stop: stop}
 }

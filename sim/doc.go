@@ -8,18 +8,20 @@
 //
 //   - profile.go: [Profile], the engine being simulated (memory limits,
 //     token budget, step costs, an optional prefix cache whose resident
-//     tokens slow every step), the built-in profiles, the calibration
-//     workloads ([Table1Workload], [SecondWorkload]), heavy-tailed
-//     (log-normal) lengths in [Workload], and [Profile.Solo], what a request
-//     alone can meet, to set targets relative to a profile.
+//     tokens slow every step, optionally as llama.cpp's unified cache:
+//     cells kept per slot until it is reused or the room is needed), the
+//     built-in profiles, the calibration workloads ([Table1Workload],
+//     [SecondWorkload]), heavy-tailed (log-normal) lengths in [Workload],
+//     and [Profile.Solo], what a request alone can meet, to set targets
+//     relative to a profile.
 //   - engine.go: the scheduler and step model, pure and clock-free: each
 //     step decodes one token for every running sequence and prefills prompt
 //     chunks under a token budget; max_num_seqs and a KV-cache capacity
 //     bound the batch; the waiting queue is FCFS; when KV runs out the
 //     newest running sequence is preempted and recomputed.
 //   - sim.go: [Sim], [Config] and [Faults]: the scheduler loop [Sim.Run]
-//     that sleeps each step's modelled duration, and the run-time step
-//     factor [Sim.SetStepFactor].
+//     that sleeps each step's modelled duration, the run-time step
+//     factor [Sim.SetStepFactor] and [Sim.FlushCache].
 //   - handler.go, request.go, flavor.go, flavor_extra.go: the HTTP routes
 //     ([Sim.Handler]), request parsing and the prompt-token rule (one token
 //     per whitespace-separated word; token-ID arrays count their length),
@@ -27,7 +29,8 @@
 //     (the answer is what the stream adds up to, in its engine's form),
 //     encoded by appending bytes; the vllm flavour also answers logprobs
 //     and a tool call (tool_choice "required" or named) when asked.
-//   - metrics.go: the vllm:* Prometheus series.
+//   - metrics.go: the flavour's Prometheus series (vllm:*, sglang:* or
+//     llamacpp:*), KV usage counted as each engine counts it.
 //
 // # Concurrency model
 //

@@ -81,7 +81,12 @@ type engine struct {
 	// cached is how many tokens of finished sequences the prefix cache
 	// holds (Profile.PrefixCacheTokens).
 	cached int
-	batch  []work
+	// ended are the cells each ended sequence left in the unified cache
+	// (Profile.UnifiedCache), oldest first from endedHead; they sum to
+	// cached. Unused otherwise.
+	ended     []int
+	endedHead int
+	batch     []work
 	// admittedAt is the latest arrival among the sequences the last
 	// schedule admitted: the step cannot have started before it.
 	admittedAt time.Time
@@ -133,9 +138,16 @@ func (e *engine) pushFront(s *seq) {
 	e.waiting[0] = s
 }
 
-// sweep drops cancelled sequences and frees their KV slots.
+// sweep drops cancelled sequences and frees their KV slots (in the
+// unified cache a running one leaves its cells in its slot, as a finished
+// one does).
 func (e *engine) sweep() {
-	e.dropRunning(func(s *seq) bool { return s.cancelled })
+	e.dropRunning(func(s *seq) bool {
+		if s.cancelled && e.p.UnifiedCache && s.alloc > 0 {
+			e.keep(s.alloc)
+		}
+		return s.cancelled
+	})
 	q := e.waiting[e.head:]
 	kq := q[:0]
 	for _, s := range q {
@@ -193,7 +205,7 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 		if s.computed < s.target {
 			need = min(s.target-s.computed, budget)
 		}
-		for e.kvUsed+need > e.p.KVCacheTokens && i < len(e.running) {
+		for !e.room(need) && i < len(e.running) {
 			e.preemptLast()
 			preempted = true
 		}
@@ -211,8 +223,15 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	}
 	for !preempted && budget > 0 && e.numWaiting() > 0 && len(e.running) < e.p.MaxNumSeqs {
 		s := e.waiting[e.head]
-		if e.kvUsed+s.target > e.p.KVCacheTokens {
+		if !e.room(s.target) {
 			break // FCFS: the head waits for memory, and so does everyone behind it
+		}
+		if e.p.UnifiedCache {
+			// The new sequence takes the slot idle longest, dropping what
+			// the sequence that ended there left.
+			for e.numEnded() > 0 && e.numEnded()+len(e.running) >= e.p.MaxNumSeqs {
+				e.evictOldest()
+			}
 		}
 		e.waiting[e.head] = nil
 		e.head++
@@ -263,7 +282,11 @@ func (e *engine) commit(now time.Time) {
 		if s.generated >= s.maxOut {
 			s.finished = true
 			anyDone = true
-			e.cached = min(e.p.PrefixCacheTokens, e.cached+s.prompt+s.generated)
+			if e.p.UnifiedCache {
+				e.keep(s.alloc) // the cells computed: the last token is never fed back
+			} else {
+				e.cached = min(e.p.PrefixCacheTokens, e.cached+s.prompt+s.generated)
+			}
 			if e.obs != nil {
 				e.obs.finished(s, now)
 			}
@@ -315,4 +338,54 @@ func (e *engine) abortAll() {
 	e.running = e.running[:0]
 	clear(e.waiting)
 	e.waiting, e.head, e.kvUsed = e.waiting[:0], 0, 0
+}
+
+// room reports whether need more KV slots fit beside the running
+// sequences. In the unified cache the cells ended sequences left count too,
+// and room evicts them, oldest first, as far as that makes the need fit;
+// it evicts nothing when even an empty cache would not.
+func (e *engine) room(need int) bool {
+	if e.kvUsed+need > e.p.KVCacheTokens {
+		return false
+	}
+	if !e.p.UnifiedCache {
+		return true
+	}
+	for e.kvUsed+e.cached+need > e.p.KVCacheTokens {
+		e.evictOldest()
+	}
+	return true
+}
+
+// keep puts the n cells of a sequence that ended into the unified cache,
+// evicting the oldest beyond Profile.PrefixCacheTokens.
+func (e *engine) keep(n int) {
+	if n <= 0 || e.p.PrefixCacheTokens <= 0 {
+		return
+	}
+	n = min(n, e.p.PrefixCacheTokens)
+	e.ended = append(e.ended, n)
+	e.cached += n
+	for e.cached > e.p.PrefixCacheTokens {
+		e.evictOldest()
+	}
+}
+
+func (e *engine) numEnded() int { return len(e.ended) - e.endedHead }
+
+// evictOldest drops the cells of the sequence that ended first.
+func (e *engine) evictOldest() {
+	e.cached -= e.ended[e.endedHead]
+	e.endedHead++
+	if e.endedHead >= len(e.ended)/2 {
+		n := copy(e.ended, e.ended[e.endedHead:])
+		e.ended, e.endedHead = e.ended[:n], 0
+	}
+}
+
+// flush drops every cached cell and returns how many there were.
+func (e *engine) flush() int {
+	n := e.cached
+	e.cached, e.ended, e.endedHead = 0, e.ended[:0], 0
+	return n
 }

@@ -56,6 +56,20 @@ type Profile struct {
 	// is the same again only on a fresh engine. Zero means no such cache.
 	PrefixCacheTokens  int
 	StepPerCachedToken time.Duration
+	// UnifiedCache makes the prefix cache llama.cpp's unified KV cache
+	// (its server with --kv-unified, the default since n_parallel became
+	// auto): MaxNumSeqs are its slots, and a sequence that ends, finished
+	// or cancelled, leaves its computed cells in its slot. They stay until
+	// the slot takes a new request (the slot idle longest goes first), or
+	// until running sequences need the room (the oldest cells go first;
+	// they count against KVCacheTokens), or until [Sim.FlushCache]; at
+	// most PrefixCacheTokens of them. So the resident cells, and the time
+	// of every step, go up while slots sit idle and down as they are
+	// reused, with nothing a gateway sees in its own traffic; the
+	// llamacpp flavour publishes them in llamacpp:kv_cache_tokens. False
+	// keeps the older model above (a resident total that only grows, up
+	// to PrefixCacheTokens, beside KVCacheTokens).
+	UnifiedCache bool
 
 	// MeanOutputTokens is the mean of the output length drawn (exponential,
 	// seeded, capped by max_tokens, at least 1) when a request does not set

@@ -31,8 +31,9 @@ type Config struct {
 	Seed uint64
 	// Faults are failure switches for tests; the zero value injects none.
 	Faults Faults
-	// Registry receives the vllm:* metrics and is what GET /metrics
-	// serves; nil means a new registry of the Sim's own.
+	// Registry receives the flavour's metrics (vllm:*, sglang:* or
+	// llamacpp:*) and is what GET /metrics serves; nil means a new
+	// registry of the Sim's own.
 	Registry *prometheus.Registry
 	// Logger receives one line per fault injected and engine start and
 	// stop; nil means slog.Default(). Prompt text is never logged.
@@ -141,7 +142,7 @@ func New(cfg Config) (*Sim, error) {
 	}
 	s.readyAt = time.Now().Add(s.scaled(cfg.Faults.StartupDelay))
 	s.model, _ = json.Marshal(cfg.Profile.Model)
-	if s.metrics, err = newMetrics(s.reg, cfg.Profile.Model); err != nil {
+	if s.metrics, err = newMetrics(s.reg, fl.name, cfg.Profile); err != nil {
 		return nil, err
 	}
 	s.eng = newEngine(cfg.Profile, s.metrics)
@@ -166,9 +167,13 @@ func (s *Sim) SetStepFactor(f float64) {
 // Stats is a snapshot of the engine's state.
 type Stats struct {
 	Running, Waiting int
-	KVCacheTokens    int // in use
-	Steps            int64
-	Preemptions      int64
+	KVCacheTokens    int // in use by running sequences
+	// CachedTokens are the prefix cache's resident tokens of sequences
+	// that ended (Profile.PrefixCacheTokens): what slows every step and
+	// what no gateway sees.
+	CachedTokens int
+	Steps        int64
+	Preemptions  int64
 }
 
 // Stats returns the engine's state now.
@@ -177,8 +182,21 @@ func (s *Sim) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		Running: len(s.eng.running), Waiting: s.eng.numWaiting(), KVCacheTokens: s.eng.kvUsed,
-		Steps: s.eng.steps, Preemptions: s.eng.preemptions,
+		CachedTokens: s.eng.cached, Steps: s.eng.steps, Preemptions: s.eng.preemptions,
 	}
+}
+
+// FlushCache drops every cached token of sequences that ended, as
+// llama.cpp's POST /slots/{id}?action=erase on every slot, SGLang's
+// /flush_cache or vLLM's /reset_prefix_cache do, and returns how many there
+// were. From the next step on the engine is as fast as a fresh one, until
+// the cache fills again. It works with and without Profile.UnifiedCache.
+func (s *Sim) FlushCache() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.eng.flush()
+	s.metrics.gauges(s.eng)
+	return n
 }
 
 // scaled turns a modelled duration into a wall-clock one.
@@ -265,6 +283,7 @@ func (s *Sim) Run(ctx context.Context) error {
 		// now in a synctest bubble and at most maxLag ago in real time.
 		s.mu.Lock()
 		s.eng.commit(end)
+		s.metrics.gauges(s.eng) // what ended in the step is no longer running
 		s.mu.Unlock()
 		next = end
 	}

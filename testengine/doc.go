@@ -29,7 +29,11 @@
 // (every field, nulls included; the uvicorn engine also honours "n") and
 // llama.cpp's to_json_oaicompat (timings, prompt_tokens_details), so that a
 // gateway's answer reassembled from the stream can be compared with it
-// field by field.
+// field by field. GET /metrics answers the engine's Prometheus exposition
+// (vLLM's names on uvicorn, llama.cpp's on httplib, following the requests
+// being served), or, for an engine started [WithMetricsFault], fails for
+// its whole life: missing, a 30 s hang, 50 MiB of garbage, or NaN values
+// (the Metrics* modes).
 //
 // # Ownership
 //

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +106,35 @@ var Faults = []string{
 	FaultBrokenSSE, FaultHugeLine, FaultTruncated,
 }
 
+// Metrics faults: how GET /metrics misbehaves, for the whole life of an
+// engine started WithMetricsFault (a Restart keeps it). Without one, GET
+// /metrics answers a realistic exposition: vLLM's names on the uvicorn
+// engine, llama.cpp's (before its PR #13660) on the httplib engine.
+const (
+	// MetricsMissing: uvicorn 404 (FastAPI's {"detail":"Not Found"}),
+	// httplib 501 (llama.cpp without --metrics).
+	MetricsMissing = "missing"
+	// MetricsHang: nothing at all for 30 s, or until the client leaves.
+	MetricsHang = "hang"
+	// MetricsHuge: 200 and 50 MiB of random bytes, as fast as the client
+	// reads (a client that stops reading stops it).
+	MetricsHuge = "huge"
+	// MetricsNaN: the engine's exposition with every value NaN.
+	MetricsNaN = "nan"
+)
+
+// MetricsFaults lists the metrics faults.
+var MetricsFaults = []string{MetricsMissing, MetricsHang, MetricsHuge, MetricsNaN}
+
+// Option configures Start and Launch.
+type Option func(*options)
+
+type options struct{ metricsFault string }
+
+// WithMetricsFault makes GET /metrics fail in that mode (a Metrics*
+// constant) for the engine's whole life.
+func WithMetricsFault(mode string) Option { return func(o *options) { o.metricsFault = mode } }
+
 const (
 	readyTimeout   = 20 * time.Second
 	restartTimeout = 5 * time.Second
@@ -134,12 +164,13 @@ type process struct {
 }
 
 // Start builds the engine if needed and starts it on 127.0.0.1 with a free
-// port, waiting (at most 20 s) until it listens. The engine is killed when
+// port, waiting (at most 20 s) until it listens; opts set faults for its
+// whole life (WithMetricsFault). The engine is killed when
 // the test ends. A missing stack (Debian packages python3-fastapi,
 // python3-uvicorn, libcpp-httplib-dev, g++) fails the test.
-func Start(t testing.TB, k Kind) *Engine {
+func Start(t testing.TB, k Kind, opts ...Option) *Engine {
 	t.Helper()
-	e, err := Launch(k)
+	e, err := Launch(k, opts...)
 	if err != nil {
 		t.Fatalf("testengine: %v", err)
 	}
@@ -156,10 +187,20 @@ func Start(t testing.TB, k Kind) *Engine {
 // builds the engine if needed, starts it on 127.0.0.1 with a free port and
 // waits (at most 20 s) until it listens. The caller owns the engine and
 // must Close it. A missing stack is an error naming the packages.
-func Launch(k Kind) (*Engine, error) {
+func Launch(k Kind, opts ...Option) (*Engine, error) {
 	argv, err := command(k)
 	if err != nil {
 		return nil, err
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.metricsFault != "" {
+		if !slices.Contains(MetricsFaults, o.metricsFault) {
+			return nil, fmt.Errorf("unknown metrics fault %q (have %v)", o.metricsFault, MetricsFaults)
+		}
+		argv = append(slices.Clip(argv), "--metrics-fault", o.metricsFault)
 	}
 	e := &Engine{kind: k, argv: argv, stderr: &tailBuffer{max: stderrKeep}}
 	p, port, err := e.spawn(0)

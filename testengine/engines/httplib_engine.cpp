@@ -4,10 +4,13 @@
 // server uses it. Built and started by the Go package testengine
 // (testengine.go). Usage:
 //
-//     httplib_engine --port N     (0 = any free port)
+//     httplib_engine --port N [--metrics-fault missing|hang|huge|nan]     (0 = any free port)
 //
 // Prints exactly one line "READY <port>" on stdout once it is listening.
 // Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
+// GET /metrics answers llama.cpp-shaped metrics (as its server did with
+// --metrics before PR #13660), or fails as --metrics-fault says (the Metrics
+// constants).
 //
 // Streams end as llama.cpp's do: the chunked content provider writes every
 // event, calls sink.done() and returns false, which makes cpp-httplib close
@@ -45,6 +48,17 @@ constexpr int kPollMs = 50;
 std::atomic<long> g_requests{0};
 std::atomic<long> g_active{0};
 std::atomic<long> g_seq{0};
+std::atomic<long> g_prompt_tokens{0};
+std::atomic<long> g_predicted_tokens{0};
+
+// How GET /metrics fails ("" for not at all).
+std::string g_metrics_fault;
+constexpr int kMetricsHangMs = 30 * 1000;
+constexpr size_t kMetricsHugeBytes = 50u << 20;
+// llama.cpp's unified cache here: n_ctx 8192 cells; each request being
+// served holds 256, and every request served leaves 64 behind (its slot's
+// cached cells), up to half the cache.
+constexpr long kCtx = 8192, kCellsPerRequest = 256, kCellsLeft = 64;
 
 struct ActiveGuard {
   ActiveGuard() { g_active++; }
@@ -517,6 +531,78 @@ struct Gen {
   }
 };
 
+// The metrics exposition of llama.cpp's server (no labels), every value NaN
+// when nan is set.
+std::string metrics_text(bool nan) {
+  const long active = g_active.load();
+  const long cells = std::min(kCtx, active * kCellsPerRequest + std::min(kCtx / 2, g_requests.load() * kCellsLeft));
+  struct Metric {
+    const char *name, *type, *help;
+    double value;
+  };
+  const Metric ms[] = {
+      {"prompt_tokens_total", "counter", "Number of prompt tokens processed.", double(g_prompt_tokens.load())},
+      {"prompt_seconds_total", "counter", "Prompt process time", 0.001 * g_requests.load()},
+      {"tokens_predicted_total", "counter", "Number of generation tokens processed.", double(g_predicted_tokens.load())},
+      {"tokens_predicted_seconds_total", "counter", "Predict process time", 0.001 * g_predicted_tokens.load()},
+      {"n_decode_total", "counter", "Total number of llama_decode() calls", double(g_predicted_tokens.load())},
+      {"n_busy_slots_per_decode", "counter", "Average number of busy slots per llama_decode() call", 1},
+      {"prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", 1000},
+      {"predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.", 100},
+      {"kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", double(cells) / kCtx},
+      {"kv_cache_tokens", "gauge", "KV-cache tokens.", double(cells)},
+      {"requests_processing", "gauge", "Number of requests processing.", double(active)},
+      {"requests_deferred", "gauge", "Number of requests deferred.", 0},
+  };
+  std::string out;
+  char num[64];
+  for (const auto &m : ms) {
+    if (nan) {
+      std::snprintf(num, sizeof num, "nan");
+    } else {
+      std::snprintf(num, sizeof num, "%g", m.value);
+    }
+    out += std::string("# HELP llamacpp:") + m.name + " " + m.help + "\n# TYPE llamacpp:" + m.name + " " + m.type +
+           "\nllamacpp:" + m.name + " " + num + "\n";
+  }
+  return out;
+}
+
+void get_metrics(const httplib::Request &req, httplib::Response &res) {
+  if (g_metrics_fault == "missing") {
+    // llama.cpp's server without --metrics.
+    res.status = 501;
+    res.set_content(error_json(501, "This server does not support metrics endpoint. Start it with `--metrics`",
+                               "not_supported_error"),
+                    "application/json; charset=utf-8");
+    return;
+  }
+  if (g_metrics_fault == "hang") {
+    const int fd = conn_fd(req);
+    for (int waited = 0; waited < kMetricsHangMs && !peer_gone(fd); waited += kPollMs) sleep_ms(kPollMs);
+    res.status = 204;
+    return;
+  }
+  if (g_metrics_fault == "huge") {
+    static const std::string block = [] {
+      std::string b(64 << 10, '\0');
+      unsigned x = 1;
+      for (auto &c : b) {
+        x = x * 1103515245u + 12345u;
+        c = static_cast<char>(x >> 16);
+      }
+      return b;
+    }();
+    res.set_content_provider(kMetricsHugeBytes, "text/plain; version=0.0.4",
+                             [](size_t offset, size_t length, httplib::DataSink &sink) {
+                               const size_t n = std::min(length, block.size() - offset % block.size());
+                               return sink.write(block.data() + offset % block.size(), n);
+                             });
+    return;
+  }
+  res.set_content(metrics_text(g_metrics_fault == "nan"), "text/plain; version=0.0.4");
+}
+
 void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
   g_requests++;
   auto active = std::make_shared<ActiveGuard>();
@@ -586,6 +672,8 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
   } else {
     g.prompt_tokens = count_words(body.get("prompt"));
   }
+  g_prompt_tokens += g.prompt_tokens;
+  g_predicted_tokens += g.n;
   g.created = static_cast<long>(std::time(nullptr));
   g.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(++g_seq);
 
@@ -658,8 +746,10 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (std::strcmp(argv[i], "--port") == 0 && i + 1 < argc) {
       port = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--metrics-fault") == 0 && i + 1 < argc) {
+      g_metrics_fault = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--port N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--port N] [--metrics-fault missing|hang|huge|nan]\n", argv[0]);
       return 2;
     }
   }
@@ -677,6 +767,7 @@ int main(int argc, char **argv) {
     res.set_content("{\"object\":\"list\",\"data\":[{\"id\":\"test\",\"object\":\"model\",\"owned_by\":\"llamacpp\"}]}",
                     "application/json; charset=utf-8");
   });
+  svr.Get("/metrics", get_metrics);
   svr.Get("/test/stats", [](const httplib::Request &, httplib::Response &res) {
     res.set_content("{\"requests\":" + std::to_string(g_requests.load()) + ",\"active\":" +
                         std::to_string(g_active.load()) + "}",

@@ -4,16 +4,18 @@
 Started by the Go package testengine (testengine.go); run with Debian's
 /usr/bin/python3 (python3-fastapi, python3-uvicorn). Usage:
 
-    uvicorn_engine.py --port N     (0 = any free port)
+    uvicorn_engine.py --port N [--metrics-fault missing|hang|huge|nan]     (0 = any free port)
 
 Prints exactly one line "READY <port>" on stdout once it is listening.
 Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
+GET /metrics answers vLLM-shaped metrics, or fails as --metrics-fault says (the Metrics constants).
 """
 
 import argparse
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -31,6 +33,14 @@ GEN_PATHS = ("/v1/chat/completions", "/v1/completions")
 # Only touched from the event loop thread.
 STATS = {"requests": 0, "active": 0}
 SEQ = {"n": 0}
+# How GET /metrics fails ("" for not at all), and its counters.
+METRICS = {"fault": "", "prompt_tokens": 0, "generation_tokens": 0}
+METRICS_HANG_S = 30.0
+METRICS_HUGE_BYTES = 50 << 20
+GARBAGE = random.Random(1).randbytes(64 << 10)
+# vLLM's KV cache here: 2048 blocks of 16 tokens; each running request
+# holds 256 tokens.
+NUM_GPU_BLOCKS, BLOCK_SIZE, TOKENS_PER_REQUEST = 2048, 16, 256
 
 app = FastAPI()
 
@@ -80,9 +90,9 @@ def self_kill():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-async def hang(request):
-    """Waits until the client is gone, at most HANG_MAX_S."""
-    deadline = time.monotonic() + HANG_MAX_S
+async def hang(request, max_s=HANG_MAX_S):
+    """Waits until the client is gone, at most max_s."""
+    deadline = time.monotonic() + max_s
     while time.monotonic() < deadline:
         if await request.is_disconnected():
             return
@@ -177,6 +187,8 @@ async def generate(request: Request, chat: bool):
         prompt_tokens = count_words(body.get("prompt"))
     completion = n * choices_n
     usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion, "completion_tokens": completion}
+    METRICS["prompt_tokens"] += prompt_tokens
+    METRICS["generation_tokens"] += completion
 
     SEQ["n"] += 1
     created = int(time.time())
@@ -356,6 +368,79 @@ async def models():
     return JSONResponse({"object": "list", "data": [{"id": "test", "object": "model", "root": "test"}]})
 
 
+def exposition(nan):
+    """vLLM 0.10's names and labels (v1 engine, one engine), a few of each kind."""
+    labels = 'engine="0",model_name="test"'
+    running = STATS["active"]
+    usage = min(1.0, running * TOKENS_PER_REQUEST / (NUM_GPU_BLOCKS * BLOCK_SIZE))
+
+    def v(x):
+        return "NaN" if nan else repr(float(x))
+
+    out = [
+        "# HELP python_gc_objects_collected_total Objects collected during gc",
+        "# TYPE python_gc_objects_collected_total counter",
+        'python_gc_objects_collected_total{generation="0"} 1234.0',
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        "vllm:num_requests_running{%s} %s" % (labels, v(running)),
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        "vllm:num_requests_waiting{%s} %s" % (labels, v(0)),
+        "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+        "# TYPE vllm:gpu_cache_usage_perc gauge",
+        "vllm:gpu_cache_usage_perc{%s} %s" % (labels, v(usage)),
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        "vllm:kv_cache_usage_perc{%s} %s" % (labels, v(usage)),
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        "vllm:num_preemptions_total{%s} %s" % (labels, v(0)),
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+        "# TYPE vllm:prompt_tokens_total counter",
+        "vllm:prompt_tokens_total{%s} %s" % (labels, v(METRICS["prompt_tokens"])),
+        "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE vllm:generation_tokens_total counter",
+        "vllm:generation_tokens_total{%s} %s" % (labels, v(METRICS["generation_tokens"])),
+        "# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+        "# TYPE vllm:time_to_first_token_seconds histogram",
+    ]
+    for le in ("0.001", "0.01", "0.1", "1.0", "10.0", "+Inf"):
+        out.append('vllm:time_to_first_token_seconds_bucket{engine="0",le="%s",model_name="test"} %s' % (le, v(STATS["requests"])))
+    out += [
+        "vllm:time_to_first_token_seconds_count{%s} %s" % (labels, v(STATS["requests"])),
+        "vllm:time_to_first_token_seconds_sum{%s} %s" % (labels, v(0.001 * STATS["requests"])),
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+        "# TYPE vllm:cache_config_info gauge",
+        'vllm:cache_config_info{block_size="%d",cache_dtype="auto",calculate_kv_scales="False",cpu_offload_gb="0",'
+        'enable_prefix_caching="True",engine="0",gpu_memory_utilization="0.9",is_attention_free="False",'
+        'num_cpu_blocks="None",num_gpu_blocks="%d",num_gpu_blocks_override="None",prefix_caching_hash_algo="builtin",'
+        'sliding_window="None",swap_space="4",swap_space_bytes="4294967296"} %s' % (BLOCK_SIZE, NUM_GPU_BLOCKS, v(1)),
+    ]
+    return "\n".join(out) + "\n"
+
+
+async def garbage(total):
+    sent = 0
+    while sent < total:
+        yield GARBAGE
+        sent += len(GARBAGE)
+        await asyncio.sleep(0)
+
+
+@app.get("/metrics")
+async def metrics(request: Request):
+    fault = METRICS["fault"]
+    if fault == "missing":
+        return JSONResponse({"detail": "Not Found"}, status_code=404)
+    if fault == "hang":
+        await hang(request, METRICS_HANG_S)
+        return Response(status_code=204)
+    if fault == "huge":
+        return StreamingResponse(garbage(METRICS_HUGE_BYTES), media_type="text/plain; version=0.0.4; charset=utf-8")
+    return PlainTextResponse(exposition(fault == "nan"), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 @app.get("/test/stats")
 async def stats():
     return JSONResponse(dict(STATS))
@@ -373,7 +458,9 @@ class Server(uvicorn.Server):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
+    p.add_argument("--metrics-fault", default="", choices=["", "missing", "hang", "huge", "nan"])
     args = p.parse_args()
+    METRICS["fault"] = args.metrics_fault
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
