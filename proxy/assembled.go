@@ -68,7 +68,7 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 				p.obs.Chunk(c)
 			}
 		}
-		if err := asm.Add(ev.Data); err != nil {
+		if err := asm.AddInspected(ev.Data); err != nil { // InspectAs accepted it: valid JSON
 			if errors.Is(err, wire.ErrAnswerTooLarge) {
 				addErr = tell(errAnswerTooLarge, "the answer is larger than the "+strconv.Itoa(maxWholeBody)+
 					" bytes the gateway reassembles for a request that is not streamed; ask for fewer tokens (max_tokens), or stream it", err)
