@@ -70,7 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&c.rawProcs, "raw-procs", 0, "GOMAXPROCS of the rawproxy, rawedge and rawconn targets (0: the default)")
 	fs.BoolVar(&rawServer, "raw-server", false, "rawproxy role: a hand-written HTTP/1.1 server instead of net/http's (target rawconn)")
 	fs.StringVar(&streams, "streams", "100,1000", "concurrent streams, comma-separated")
-	fs.StringVar(&modes, "modes", "paced,unpaced", "chunk pacing: paced (-chunks at -interval) and/or unpaced (back to back)")
+	fs.StringVar(&modes, "modes", "paced,unpaced", "chunk pacing: paced (-chunks at -interval) and/or unpaced (back to back); whole: requests not streamed, the engine generating -chunks tokens at -interval (kneecap reassembles them from a stream)")
 	fs.StringVar(&targets, "targets", "direct,revproxy,nginx,kneecap", "what to measure: direct, revproxy, rawproxy, rawedge (the floor of a Go relay, rawproxy.go), nginx, kneecap; nginx and kneecap are skipped when their binary is missing")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per target and setting, interleaved across targets")
 	fs.IntVar(&c.chunks, "chunks", 100, "output chunks per paced stream")
@@ -131,8 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	c.modes = splitList(modes)
 	for _, m := range c.modes {
-		if m != "paced" && m != "unpaced" {
-			return usageError{fmt.Errorf("-modes: %q is neither paced nor unpaced", m)}
+		if m != "paced" && m != "unpaced" && m != "whole" {
+			return usageError{fmt.Errorf("-modes: %q is not paced, unpaced or whole", m)}
 		}
 	}
 	c.targets = splitList(targets)

@@ -29,6 +29,9 @@ func TestStreamThroughEngine(t *testing.T) {
 	}{
 		{"paced", workload{streams: 3, perWorker: 2, steadyFrom: 1, chunks: 5, interval: 2 * time.Millisecond, stagger: 10 * time.Millisecond, timeout: 10 * time.Second}},
 		{"unpaced", workload{streams: 4, perWorker: 1, chunks: 50, stagger: time.Millisecond, timeout: 10 * time.Second}},
+		// Not streamed: one JSON answer after the generation, counted as
+		// its stream's events.
+		{"whole", workload{streams: 3, perWorker: 2, steadyFrom: 1, chunks: 5, interval: 2 * time.Millisecond, stagger: 10 * time.Millisecond, timeout: 10 * time.Second, whole: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runRound(context.Background(), client, srv.URL, tc.w)
