@@ -47,8 +47,8 @@ var ErrAnswerTooLarge = errors.New("wire: reassembled answer larger than its bou
 //
 // Fields keep the order in which the stream first showed them (a chat
 // message: role, content, tool_calls, then the rest): the order of vLLM's
-// and SGLang's non-streamed answers, and of llama.cpp's but for where it
-// puts "id". Fields that only the non-streamed answer has cannot be
+// non-streamed answer, and of llama.cpp's but for where it puts "id"
+// (after "usage"). Fields that only the non-streamed answer has cannot be
 // derived and are absent (vLLM sends them as null unless the request asks
 // for them: the gateway relays such requests whole, see AsStream).
 //
@@ -202,6 +202,10 @@ func (a *Assembler) choice(choices *node, c []byte) {
 	}
 }
 
+// itemCost is what a choice or a tool call counts to the bound when it is
+// added, beside its values: about what it costs in memory and in the body.
+const itemCost = 64
+
 // item returns the object at index idx of an indexed node, adding it.
 func (a *Assembler) item(n *node, idx int) *node {
 	if n.items == nil {
@@ -211,6 +215,7 @@ func (a *Assembler) item(n *node, idx int) *node {
 	if it == nil {
 		it = &node{kind: kindObject, set: true}
 		n.items[idx] = it
+		a.held += itemCost // so that many indices cannot outgrow the bound unseen
 	}
 	n.set = true
 	return it

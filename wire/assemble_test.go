@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -148,6 +149,18 @@ func TestAssemblerBound(t *testing.T) {
 	}
 	if a.Held() <= 1000 {
 		t.Fatalf("held %d", a.Held())
+	}
+}
+
+// Many choices of empty deltas (distinct indices) count to the bound too.
+func TestAssemblerBoundsIndices(t *testing.T) {
+	a := NewAssembler(10000)
+	var err error
+	for i := 0; i < 1000 && err == nil; i++ {
+		err = a.Add([]byte(`{"choices":[{"index":` + strconv.Itoa(i) + `,"delta":{}}]}`))
+	}
+	if !errors.Is(err, ErrAnswerTooLarge) {
+		t.Fatalf("err = %v after 1000 choices, want ErrAnswerTooLarge", err)
 	}
 }
 
