@@ -122,6 +122,17 @@ type Config struct {
 	// three quarters of it); 0 means 1s.
 	EngineMetricsInterval time.Duration `env:"ENGINE_METRICS_INTERVAL" envDefault:"1s"`
 
+	// RefusalStatus is the status of a refusal that is not a drain: 429,
+	// or 503 for a load balancer that can retry a 503 on another replica
+	// but not a 429 (HAProxy 2.6: retry-on takes no 429); the balancer
+	// then turns the last replica's 503 back into a 429 for the client
+	// (docs/operating.md). The reason and Retry-After are the same.
+	RefusalStatus int `env:"REFUSAL_STATUS" envDefault:"429"`
+	// AgentListen, when set, serves HAProxy's agent-check protocol on this
+	// address (see agent.go): one line per connection with the replica's
+	// state and its cap as a weight. Empty: off.
+	AgentListen string `env:"AGENT_LISTEN"`
+
 	// SLOPercentile, MinCap and MaxCap are for the adaptive controller: the
 	// share of requests that must meet the targets at the chosen cap
 	// (in (0, 1)), and the bounds of the cap it may set (MaxCap 0 means
@@ -375,6 +386,8 @@ func (c Config) Validate() error {
 		return bad("DrainTimeout", "must not be negative")
 	case c.DrainTimeout > 24*time.Hour:
 		return bad("DrainTimeout", "must be at most 24h")
+	case c.RefusalStatus != 0 && c.RefusalStatus != 429 && c.RefusalStatus != 503:
+		return bad("RefusalStatus", "must be 429 or 503")
 	case !strings.HasPrefix(c.UpstreamHealthPath, "/"):
 		return bad("UpstreamHealthPath", "must start with /")
 	case !validHeaderMode(c.SLOHeaders):

@@ -288,7 +288,13 @@ func newTransport(idle time.Duration) *http.Transport {
 // drain), then the proxy, which routes by its own policy (proxy.Routes):
 // generation routes admitted and measured, engine-time routes admitted,
 // read-only routes relayed, every other path 404.
-func (g *Gateway) trafficRouter() http.Handler { return g.track(g.proxy) }
+func (g *Gateway) trafficRouter() http.Handler {
+	var h http.Handler = g.proxy
+	if s := g.cfg.RefusalStatus; s != 0 && s != http.StatusTooManyRequests {
+		h = refusalStatus(s, h)
+	}
+	return g.track(h)
+}
 
 func (g *Gateway) track(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -352,6 +358,14 @@ func (g *Gateway) Run(ctx context.Context) error {
 		// No WriteTimeout: it would cut every stream longer than it. Each
 		// write is bounded instead (KNEECAP_CLIENT_WRITE_TIMEOUT).
 	}
+	var agentLn net.Listener
+	if g.cfg.AgentListen != "" {
+		if agentLn, err = net.Listen("tcp", g.cfg.AgentListen); err != nil {
+			trafficLn.Close()
+			adminLn.Close()
+			return fmt.Errorf("gateway: agent listen %s: %w", g.cfg.AgentListen, err)
+		}
+	}
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
 	g.log.Info("gateway listening", "traffic", trafficLn.Addr().String(), "admin", adminLn.Addr().String(),
 		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.adaptive)
@@ -367,6 +381,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	eg.Go(serve(trafficSrv, trafficLn))
 	eg.Go(serve(adminSrv, adminLn))
+	if agentLn != nil {
+		eg.Go(func() error { return g.serveAgent(agentLn) })
+	}
 	if g.ctrl != nil {
 		eg.Go(func() error {
 			if err := g.ctrl.Run(egCtx); err != nil && egCtx.Err() == nil {
@@ -389,15 +406,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	eg.Go(func() error {
 		<-egCtx.Done()
-		g.shutdown(trafficSrv, adminSrv)
+		g.shutdown(trafficSrv, adminSrv, agentLn)
 		return nil
 	})
 	return eg.Wait()
 }
 
 // shutdown drains the traffic server within DrainTimeout, then the admin
-// server, and closes the engine connections.
-func (g *Gateway) shutdown(traffic, admin *http.Server) {
+// server and the agent (which answers "drain" meanwhile), and closes the
+// engine connections.
+func (g *Gateway) shutdown(traffic, admin *http.Server, agent net.Listener) {
 	g.log.Info("draining", "running", g.lim.Running(), "timeout", g.cfg.DrainTimeout)
 	g.Drain()
 	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.DrainTimeout)
@@ -411,6 +429,9 @@ func (g *Gateway) shutdown(traffic, admin *http.Server) {
 	defer acancel()
 	if err := admin.Shutdown(actx); err != nil {
 		_ = admin.Close()
+	}
+	if agent != nil {
+		_ = agent.Close()
 	}
 	if g.scraped != nil {
 		<-g.scraped // its last connection back in the pool, if it shares the transport

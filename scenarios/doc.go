@@ -38,6 +38,17 @@
 //     Alone groups only; today's FIFO) and reported in rows with the
 //     issue's fields ([MixRow]), results split by the bench's
 //     Request.Class (RunResult.Classes). They sweep no caps.
+//   - idle.go: scenario 21 of issue 23 ([IdleBurst]): steady closed-loop
+//     load, an idle minute, then the same users at once; judged by the
+//     goodput of the requests sent in the burst's first 30 s against the
+//     steady load's (TestIdleBurst).
+//   - scaling.go: scenario 22 of issue 23 ([Scaling]): a fleet of gateways
+//     behind a least-request balancer that retries refusals, scaled by the
+//     HPA's rule on kneecap_demand_ratio ([HPA]), cold replicas after a
+//     model load, open-loop demand doubled then halved, against the
+//     right-sized fleet (TestScaling). A fixed fleet with a slower replica
+//     and a balancer weighing replicas by their caps (kneecap's
+//     agent-check) against replicas alone: TestFleetComposes.
 //   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
 //     suite (synctest needs a test): the full sweep checked against the
 //     issue's thresholds, or what its flags choose (scenarios, caps, seed,
