@@ -62,9 +62,13 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 		}
 		finished = finished || info.Finished
 		if info.HasOutput {
-			if fc, isFirst, c, isGap := p.output(x, &m, now, timer); isFirst {
-				p.obs.FirstChunk(fc)
-			} else if isGap {
+			switch fc, c, first, report := p.output(x, &m, now, timer); {
+			case first:
+				x.ticket.FirstToken() // nothing to flush first: the next prefill may start
+				if report {
+					p.obs.FirstChunk(fc)
+				}
+			case report:
 				p.obs.Chunk(c)
 			}
 		}
@@ -78,7 +82,11 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 			break
 		}
 	}
-	m.settle(x, usage)
+	if usage != nil {
+		m.settle(x, *usage, true)
+	} else {
+		m.settle(x, wire.Usage{}, false)
+	}
 	fail := func(err error) {
 		rec.E2E = time.Since(rec.Arrival)
 		x.abort(err)

@@ -29,6 +29,7 @@ type exchange struct {
 	deadline   clientDeadline    // the write deadline on the client's connection
 	shape      wire.Shape        // the route's body and stream format
 	idle       *idleWatch        // bounds the engine's silence; nil without a bound
+	reuse      reuseTrace        // whether the engine request went out on a reused connection
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
@@ -186,7 +187,7 @@ func readGrowing(r io.Reader, declared int64) ([]byte, error) {
 func (p *Proxy) forward(x *exchange, body []byte) {
 	ctx, cancel := context.WithCancelCause(x.r.Context())
 	defer cancel(nil)
-	out, err := p.outbound(ctx, x.r, body)
+	out, err := p.outbound(x.reuse.install(ctx), x.r, body)
 	if err != nil {
 		x.abort(tell(errUnreachable, "could not build the upstream request", err))
 		return
@@ -211,7 +212,7 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 	p.running.Add(1)
 	defer p.running.Add(-1)
 	x.forwarded = time.Now()
-	resp, err := p.transport.RoundTrip(out)
+	resp, err := p.transport.send(out, &x.reuse)
 	if err != nil {
 		x.abort(engineFailure(ctx, x, errUnreachable, err))
 		return

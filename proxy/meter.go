@@ -15,41 +15,42 @@ type outputMeter struct {
 	runningSum  int // over output chunks, for rec.MeanRunning
 }
 
-// output measures an output chunk that arrived at now. The first tells
-// the ticket (prefill pacing), stops the first-token timer and arms the
-// idle watch. It returns the observation to report: a FirstChunk (isFirst)
-// or a Chunk (isGap); neither for a request with several choices, whose
-// chunks interleave them.
-func (p *Proxy) output(x *exchange, m *outputMeter, now time.Time, timer *time.Timer) (fc FirstChunk, isFirst bool, c Chunk, isGap bool) {
+// output measures an output chunk that arrived at now. The first stops
+// the first-token timer and arms the idle watch; the caller tells the
+// ticket (prefill pacing): relayStream once the chunk is flushed,
+// relayAssembled at once. It returns the observation: a FirstChunk (first)
+// or a Chunk, and whether to report it (report: not for a request with
+// several choices, whose chunks interleave them).
+func (p *Proxy) output(x *exchange, m *outputMeter, now time.Time, timer *time.Timer) (fc FirstChunk, c Chunk, first, report bool) {
 	rec := &x.rec
 	rec.OutputChunks++
 	running := int(p.running.Load())
 	m.runningSum += running
 	if m.first.IsZero() {
 		m.first, m.last = now, now
-		x.ticket.FirstToken()
 		if timer != nil {
 			timer.Stop()
 		}
 		x.idle.arm()
 		rec.TTFT, rec.EngineTTFT = now.Sub(rec.Arrival), now.Sub(x.forwarded)
 		return FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
-			QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, rec.Choices == 0, Chunk{}, false
+			QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, Chunk{}, true, rec.Choices == 0
 	}
 	gap := now.Sub(m.last)
 	m.last = now
 	rec.MaxITL = max(rec.MaxITL, gap)
-	return FirstChunk{}, false, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets}, rec.Choices == 0
+	return FirstChunk{}, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets}, false, rec.Choices == 0
 }
 
 // settle sets the record's mean running count and its output tokens: the
-// usage report's (per choice), or else the output chunks (estimated).
-func (m *outputMeter) settle(x *exchange, usage *wire.Usage) {
+// usage report's (per choice) when there was one (have), or else the
+// output chunks (estimated).
+func (m *outputMeter) settle(x *exchange, usage wire.Usage, have bool) {
 	rec := &x.rec
 	if rec.OutputChunks > 0 {
 		rec.MeanRunning = float64(m.runningSum) / float64(rec.OutputChunks)
 	}
-	if usage != nil {
+	if have {
 		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, perChoice(usage.CompletionTokens, rec.Choices)
 	} else {
 		rec.OutputTokens, rec.Estimated = rec.OutputChunks, true

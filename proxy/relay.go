@@ -56,6 +56,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		firstObs     FirstChunk
 		haveFirstObs bool
 		chunkObs     = make([]Chunk, 0, 4)
+		// The limiter hears of the first token once it has been flushed
+		// too: its lock is every request's (Acquire, Release), and a
+		// holder that the OS deschedules must not hold back the bytes a
+		// client waits for first. Its effect (the next prefill may start)
+		// comes a write later.
+		tellFirst bool
 	)
 	// Flush when the reader holds no further event that already arrived:
 	// each event still reaches the client as soon as it arrived, but events
@@ -87,9 +93,11 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				// client did not.
 				forward = !(info.UsageOnly && x.stripUsage)
 				if info.HasOutput {
-					if fc, isFirst, c, isGap := p.output(x, &m, now, timer); isFirst {
-						firstObs, haveFirstObs = fc, true
-					} else if isGap {
+					switch fc, c, first, report := p.output(x, &m, now, timer); {
+					case first:
+						tellFirst = true
+						firstObs, haveFirstObs = fc, report
+					case report:
 						chunkObs = append(chunkObs, c)
 					}
 				}
@@ -111,6 +119,10 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			}
 		}
 		if !dirty {
+			if tellFirst {
+				x.ticket.FirstToken()
+				tellFirst = false
+			}
 			p.observe(&firstObs, &haveFirstObs, &chunkObs)
 		}
 	}
@@ -120,13 +132,12 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	if dirty && !clientGone {
 		_ = rc.Flush()
 	}
+	if tellFirst {
+		x.ticket.FirstToken()
+	}
 	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()
-	if haveUsage {
-		m.settle(x, &usage)
-	} else {
-		m.settle(x, nil)
-	}
+	m.settle(x, usage, haveUsage)
 	if !m.last.IsZero() {
 		rec.E2E = m.last.Sub(rec.Arrival)
 	} else {

@@ -114,6 +114,9 @@ func CanonicalPath(p string) string {
 	if p == "" {
 		return "/"
 	}
+	if p[0] == '/' {
+		return path.Clean(p) // a clean path comes back as it is, not copied
+	}
 	return path.Clean("/" + p)
 }
 

@@ -40,11 +40,31 @@ func newUpstream(rt http.RoundTripper) *upstream {
 
 // RoundTrip implements http.RoundTripper.
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
-	var reused atomic.Bool
-	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused.Store(i.Reused) }}
-	first := req.WithContext(httptrace.WithClientTrace(req.Context(), trace))
-	resp, err := u.pooled.RoundTrip(first)
-	if err == nil || !reused.Load() || req.Context().Err() != nil || !replayable(req) {
+	var t reuseTrace
+	return u.send(req.WithContext(t.install(req.Context())), &t)
+}
+
+// reuseTrace tells whether a request went out on a reused connection. A
+// generation request installs it in the context its outbound request is
+// built with (it lives in the exchange), so that sending costs no copy of
+// the request.
+type reuseTrace struct {
+	reused atomic.Bool
+	trace  httptrace.ClientTrace
+}
+
+// install returns ctx carrying the trace.
+func (t *reuseTrace) install(ctx context.Context) context.Context {
+	t.trace.GotConn = func(i httptrace.GotConnInfo) { t.reused.Store(i.Reused) }
+	return httptrace.WithClientTrace(ctx, &t.trace)
+}
+
+// send sends req, whose context carries t (install), and sends it once
+// more on a fresh connection when the reused one failed before any
+// response byte (see upstream).
+func (u *upstream) send(req *http.Request, t *reuseTrace) (*http.Response, error) {
+	resp, err := u.pooled.RoundTrip(req)
+	if err == nil || !t.reused.Load() || req.Context().Err() != nil || !replayable(req) {
 		return resp, err
 	}
 	again := req.Clone(req.Context())
@@ -144,18 +164,29 @@ func isEventStream(h http.Header) bool {
 
 // outbound builds the request to the engine: the same method, path, query
 // and end-to-end headers, the (possibly rewritten) body with its exact
-// length, and X-Forwarded-For as httputil.ReverseProxy sets it.
+// length, and X-Forwarded-For as httputil.ReverseProxy sets it. The URL is
+// the upstream's with the request's path and query, built as a value: no
+// round trip through a string and url.Parse.
 func (p *Proxy) outbound(ctx context.Context, in *http.Request, body []byte) (*http.Request, error) {
-	u := *p.cfg.Upstream
+	out, err := http.NewRequestWithContext(ctx, in.Method, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	u := out.URL // NewRequest's, parsed from "": filled in place
+	*u = *p.cfg.Upstream
 	u.Path, u.RawPath = joinPath(u.Path, in.URL.Path), ""
 	if u.RawQuery == "" || in.URL.RawQuery == "" {
 		u.RawQuery += in.URL.RawQuery
 	} else {
 		u.RawQuery += "&" + in.URL.RawQuery
 	}
-	out, err := http.NewRequestWithContext(ctx, in.Method, u.String(), bytes.NewReader(body))
-	if err != nil {
-		return nil, err
+	u.Host = strings.TrimSuffix(u.Host, ":") // as NewRequest removes an empty port
+	out.Host = u.Host
+	if len(body) == 0 {
+		out.Body, out.GetBody = http.NoBody, func() (io.ReadCloser, error) { return http.NoBody, nil }
+	} else {
+		out.Body = io.NopCloser(bytes.NewReader(body))
+		out.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 	}
 	out.Header = in.Header.Clone()
 	removeHopHeaders(out.Header)

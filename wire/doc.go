@@ -18,8 +18,12 @@
 //     on every input (a differential fuzz test holds it to that).
 //   - request.go: the fields of a generation request that a gateway or client
 //     acts on ([Request]) and [EnsureIncludeUsage], which asks the engine for
-//     the usage report without disturbing any other field. [ParseRequest]
-//     reads integers as vLLM does (256.0 is 256; 256.5 is an error).
+//     the usage report without disturbing any other field (usage_splice.go:
+//     a body without stream_options keeps its bytes and gains the member).
+//     [ParseRequest] reads integers as vLLM does (256.0 is 256; 256.5 is an
+//     error); request_fast.go reads an OpenAI request on the same scanner as
+//     Inspect and leaves to encoding/json what it cannot vouch for, held to
+//     encoding/json by a differential fuzz test.
 //   - shape.go, shape_scan.go, numbers.go: the other request and stream
 //     formats ([Shape]): [ParseRequestAs] and [InspectAs] read them into the
 //     same [Request] and [ChunkInfo]; numbers.go reads request fields the

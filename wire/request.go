@@ -44,8 +44,12 @@ const maxN = 128
 // part is accepted, so 256, 256.0 and 2.56e2 are all 256, while 256.5 or a
 // string is an error. Unknown fields are ignored.
 func ParseRequest(body []byte) (Request, error) {
-	var f openAIRequest
-	err := decodeBody(body, &f)
+	f, fast := parseOpenAIFast(body)
+	var err error
+	if !fast {
+		f = openAIRequest{}
+		err = decodeBody(body, &f)
+	}
 	r := Request{Model: f.Model, Stream: f.Stream, StreamOptions: f.StreamOptions,
 		MaxTokens: f.MaxTokens.ptr(), MaxCompletionTokens: f.MaxCompletionTokens.ptr(), N: f.N.v}
 	if err != nil {
@@ -107,8 +111,13 @@ func firstError(errs ...error) error {
 
 // EnsureIncludeUsage returns body with stream_options.include_usage set to
 // true, keeping every other field (including other stream_options) as it was.
-// The body must be a JSON object.
+// The body must be a JSON object. Without a stream_options member the body
+// keeps its bytes and gains that member first (spliceIncludeUsage);
+// otherwise it is encoded anew, keys sorted.
 func EnsureIncludeUsage(body []byte) ([]byte, error) {
+	if out, ok := spliceIncludeUsage(body); ok {
+		return out, nil
+	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil {
 		return nil, err

@@ -253,6 +253,10 @@ func NewController(cfg ControllerConfig) *Controller {
 		prefills:    1,
 		reason:      "initial",
 	}
+	// A chunk's gap ages the same spans in the gap curve and its shift
+	// detector, a first chunk's TTFT in the TTFT curve and its detector.
+	c.gap.memo, c.ttft.memo = &expMemo{}, &expMemo{}
+	c.gapShift.memo, c.ttftShift.memo = c.gap.memo, c.ttft.memo
 	c.ttft.xOf, c.ttft.prior = c.gap.at, 1
 	if cfg.Fixed {
 		c.reason = "fixed by the operator"

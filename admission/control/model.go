@@ -13,13 +13,16 @@ type decayed struct {
 }
 
 // decay ages the sum to now.
-func (d *decayed) decay(now time.Time, tau time.Duration) {
+func (d *decayed) decay(now time.Time, tau time.Duration) { d.decayWith(now, tau, nil) }
+
+// decayWith ages the sum to now, taking the factor from m (nil: computed).
+func (d *decayed) decayWith(now time.Time, tau time.Duration, m *expMemo) {
 	if d.t.IsZero() {
 		d.t = now
 		return
 	}
 	if dt := now.Sub(d.t); dt > 0 {
-		f := math.Exp(-float64(dt) / float64(tau))
+		f := m.factor(dt, tau)
 		d.w *= f
 		d.sum *= f
 		d.t = now
@@ -28,13 +31,49 @@ func (d *decayed) decay(now time.Time, tau time.Duration) {
 
 // add adds a sample of weight 1; a NaN or infinite one is dropped (it
 // would poison the sum for good).
-func (d *decayed) add(now time.Time, tau time.Duration, x float64) {
-	d.decay(now, tau)
+func (d *decayed) add(now time.Time, tau time.Duration, x float64) { d.addWith(now, tau, x, nil) }
+
+// addWith is add with the decay factor taken from m (nil: computed).
+func (d *decayed) addWith(now time.Time, tau time.Duration, x float64, m *expMemo) {
+	d.decayWith(now, tau, m)
 	if !finite(x) {
 		return
 	}
 	d.w++
 	d.sum += x
+}
+
+// expMemo remembers the last two decay factors computed. One observation
+// ages several sums over the same span with the same memory (a level's
+// mean in its curve and in its shift detector, and the detector's short
+// sums), each of which would compute the same exp: with a memo it is
+// computed once per span, and since the same arguments give the same
+// factor, bit for bit, every sum ends exactly as before. Chunk
+// observations are the controller's hottest path (every chunk of every
+// stream); a memo halves their exps. Not safe for concurrent use: its
+// owner's lock covers it (the controller's).
+type expMemo struct {
+	e [2]struct {
+		dt, tau time.Duration
+		f       float64
+	}
+	next int
+}
+
+// factor is exp(-dt/tau).
+func (m *expMemo) factor(dt, tau time.Duration) float64 {
+	if m == nil {
+		return math.Exp(-float64(dt) / float64(tau))
+	}
+	for i := range m.e {
+		if e := &m.e[i]; e.dt == dt && e.tau == tau {
+			return e.f
+		}
+	}
+	f := math.Exp(-float64(dt) / float64(tau))
+	m.e[m.next].dt, m.e[m.next].tau, m.e[m.next].f = dt, tau, f
+	m.next ^= 1
+	return f
 }
 
 func (d *decayed) mean() float64 {
@@ -73,6 +112,7 @@ type curve struct {
 	shapeA, shapeB float64 // last fit from two or more levels
 	points         int     // levels with weight >= minLevelWeight in the fit
 	ok             bool
+	memo           *expMemo // shared with the shift detector of the same samples; nil: none
 }
 
 // newCurve returns a curve over levels 1..maxN. Its per-level memory grows
@@ -99,7 +139,7 @@ func (c *curve) add(now time.Time, n int, y float64) {
 	}
 	i := c.clampN(n)
 	c.levels = growLevels(c.levels, i, c.maxN)
-	c.levels[i].add(now, c.tau, y)
+	c.levels[i].addWith(now, c.tau, y, c.memo)
 }
 
 // growLevels makes levels long enough to index i (i <= maxN), at least
@@ -250,6 +290,7 @@ type shiftDetector struct {
 	maxN              int
 	lv                []shiftLevel // grown on demand up to maxN, as curve.levels
 	strikes           int
+	memo              *expMemo // shared with the curve of the same samples; nil: none
 }
 
 type shiftLevel struct{ long, short, outliers decayed }
@@ -266,18 +307,18 @@ func (s *shiftDetector) add(now time.Time, n int, y float64) {
 	s.lv = growLevels(s.lv, i, s.maxN)
 	l := &s.lv[i]
 	if l.long.w > 0 {
-		l.long.decay(now, s.long)
+		l.long.decayWith(now, s.long, s.memo)
 		if y > outlierFactor*l.long.mean() {
 			// An outlier (a gap that held a prefill step) says nothing of
 			// the regime, and how often they come changes with the cap;
 			// but a run of them is a new regime (see check).
-			l.outliers.add(now, s.short, 1)
+			l.outliers.addWith(now, s.short, 1, s.memo)
 			return
 		}
 	}
-	l.outliers.decay(now, s.short)
-	l.long.add(now, s.long, y)
-	l.short.add(now, s.short, y)
+	l.outliers.decayWith(now, s.short, s.memo)
+	l.long.addWith(now, s.long, y, s.memo)
+	l.short.addWith(now, s.short, y, s.memo)
 }
 
 // check returns R at level n and whether it stayed out of band for two

@@ -105,9 +105,10 @@ func profileRound(ctx context.Context, t *target, w workload, dir string, s sett
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	secs := 3
+	// Rounds repeat until the profile has its seconds (below).
+	secs := 5
 	if w.interval > 0 {
-		secs = max(1, int(time.Duration(w.perWorker-w.steadyFrom)*w.stagger/time.Second))
+		secs = max(secs, int(time.Duration(w.perWorker-w.steadyFrom)*w.stagger/time.Second))
 	}
 	name := fmt.Sprintf("%s-%d-%s", t.name, s.streams, s.mode)
 	errc := make(chan error, 2)
@@ -143,6 +144,20 @@ func profileRound(ctx context.Context, t *target, w workload, dir string, s sett
 	var errs []error
 	errs = append(errs, save("mutex", "before"), save("block", "before"))
 	runRound(ctx, t.client, t.base, w)
-	errs = append(errs, save("mutex", "after"), save("block", "after"), <-errc, <-errc)
+	errs = append(errs, save("mutex", "after"), save("block", "after"))
+	// An unpaced round may end before the CPU profile: keep the load on
+	// until it has its seconds.
+	for i := 0; i < 2; {
+		select {
+		case err := <-errc:
+			errs = append(errs, err)
+			i++
+		default:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			runRound(ctx, t.client, t.base, w)
+		}
+	}
 	return errors.Join(errs...)
 }

@@ -49,8 +49,17 @@ func (s setting) String() string {
 
 func (c config) workload(s setting) workload {
 	if s.mode == "unpaced" {
-		// As fast as the machine goes: every stream starts within one
+		// As fast as the machine goes: every worker starts within one
 		// paced interval and the streams compete for the CPU until the end.
+		// With -unpaced-chunks each worker runs streams of that length back
+		// to back, so that every request's setup counts as it does in
+		// service; without, one long stream each.
+		if c.unpacedChunks > 0 {
+			return workload{
+				streams: s.streams, perWorker: max(1, c.unpacedTotal/(s.streams*c.unpacedChunks)),
+				chunks: c.unpacedChunks, stagger: s.interval, timeout: 2 * time.Minute,
+			}
+		}
 		return workload{
 			streams: s.streams, perWorker: 1, chunks: max(100, c.unpacedTotal/s.streams),
 			stagger: s.interval, timeout: 2 * time.Minute,
@@ -71,8 +80,8 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "relaybench: "+format+"\n", args...) }
 	if lim, err := raiseFileLimit(); err != nil {
 		logf("raising the open-file limit: %v", err)
-	} else if need := uint64(slices.Max(c.streams))*6 + 1000; lim < need {
-		logf("open-file limit %d may be too low for %d streams (want %d)", lim, slices.Max(c.streams), need)
+	} else if need := uint64(c.maxStreams())*6 + 1000; lim < need {
+		logf("open-file limit %d may be too low for %d streams (want %d)", lim, c.maxStreams(), need)
 	}
 	dir, err := os.MkdirTemp("", "relaybench-")
 	if err != nil {
@@ -216,55 +225,53 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 
 	res := newResults(c, targets)
 	startAll := time.Now()
-	for si, n := range c.streams {
-		for _, mode := range c.modes {
-			s := setting{streams: n, mode: mode, interval: c.intervals[si]}
-			w := c.workload(s)
-			// Warm-up, not counted: open every keep-alive connection from the
-			// client through the relay to the engine.
-			warm := w
-			warm.chunks, warm.perWorker, warm.stagger, warm.timeout = 3, 1, s.interval, 30*time.Second
-			for _, t := range targets {
+	for _, s := range c.settings {
+		n := s.streams
+		w := c.workload(s)
+		// Warm-up, not counted: open every keep-alive connection from the
+		// client through the relay to the engine.
+		warm := w
+		warm.chunks, warm.perWorker, warm.stagger, warm.timeout = 3, 1, s.interval, 30*time.Second
+		for _, t := range targets {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			runRound(ctx, t.client, t.base, warm)
+		}
+		for r := range c.rounds {
+			// Rotate the order every round, so no target always runs
+			// first or right after the heaviest one.
+			for i := range targets {
+				t := targets[(i+r)%len(targets)]
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				runRound(ctx, t.client, t.base, warm)
-			}
-			for r := range c.rounds {
-				// Rotate the order every round, so no target always runs
-				// first or right after the heaviest one.
-				for i := range targets {
-					t := targets[(i+r)%len(targets)]
-					if err := ctx.Err(); err != nil {
-						return err
-					}
-					sleepCtx(ctx, c.settle)
-					rs, err := measureRound(ctx, t, engine, w)
-					if err != nil {
-						return err
-					}
-					res.add(s, t.name, rs)
-					logf("%-22s round %d %-8s p50 TTFC %6.2f ms  CPU/chunk %5.1f us  broken %d  (%.0fs)",
-						s, r+1, t.name, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken, time.Since(startAll).Seconds())
-				}
-			}
-			if twin != nil {
-				runRound(ctx, twin.client, twin.base, warm)
 				sleepCtx(ctx, c.settle)
-				rs, err := measureRound(ctx, twin, engine, w)
+				rs, err := measureRound(ctx, t, engine, w)
 				if err != nil {
 					return err
 				}
-				res.addTwin(s, rs)
-				logf("%-22s twin round kneecap-twin p50 TTFC %6.2f ms  CPU/chunk %5.1f us  broken %d",
-					s, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken)
+				res.add(s, t.name, rs)
+				logf("%-22s round %d %-8s p50 TTFC %6.2f ms  CPU/chunk %5.1f us  broken %d  (%.0fs)",
+					s, r+1, t.name, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken, time.Since(startAll).Seconds())
 			}
-			if c.profileDir != "" && n == slices.Max(c.streams) {
-				for _, t := range append(slices.Clone(targets), twin) {
-					if t != nil && t.adminURL != "" && !strings.HasPrefix(t.name, "kneecap") || t == twin {
-						if err := profileRound(ctx, t, w, c.profileDir, s); err != nil {
-							logf("profiling %s: %v", t.name, err)
-						}
+		}
+		if twin != nil {
+			runRound(ctx, twin.client, twin.base, warm)
+			sleepCtx(ctx, c.settle)
+			rs, err := measureRound(ctx, twin, engine, w)
+			if err != nil {
+				return err
+			}
+			res.addTwin(s, rs)
+			logf("%-22s twin round kneecap-twin p50 TTFC %6.2f ms  CPU/chunk %5.1f us  broken %d",
+				s, ms(percentile(rs.ttfc, 0.5)), us(perChunk(rs.cpu, rs.events)), rs.broken)
+		}
+		if c.profileDir != "" && (n == c.maxStreams() || s.mode == "unpaced") {
+			for _, t := range append(slices.Clone(targets), twin) {
+				if t != nil && t.adminURL != "" && !strings.HasPrefix(t.name, "kneecap") || t == twin {
+					if err := profileRound(ctx, t, w, c.profileDir, s); err != nil {
+						logf("profiling %s: %v", t.name, err)
 					}
 				}
 			}
@@ -273,6 +280,15 @@ func runHarness(ctx context.Context, c config, stdout, stderr io.Writer) error {
 	res.elapsed = time.Since(startAll)
 	res.write(stdout)
 	return nil
+}
+
+// maxStreams is the largest stream count of the loads.
+func (c config) maxStreams() int {
+	n := 0
+	for _, s := range c.settings {
+		n = max(n, s.streams)
+	}
+	return n
 }
 
 // roundStats is what one measured round of one target yielded.

@@ -107,7 +107,11 @@ func oneStream(ctx context.Context, client *http.Client, base string, w workload
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return streamResult{broken: true, reason: "status " + strconv.Itoa(resp.StatusCode)}
+		reason := "status " + strconv.Itoa(resp.StatusCode)
+		if why := resp.Header.Get("X-Kneecap-Reason"); why != "" {
+			reason += " (" + why + ")" // a refusal by kneecap's admission, not a relay failure
+		}
+		return streamResult{broken: true, reason: reason}
 	}
 	if w.whole {
 		return oneWhole(resp, t0, w)

@@ -98,6 +98,13 @@ func kneecapEnv(listen, admin, upstream string, extra []string) []string {
 		"KNEECAP_ADMIN_LISTEN="+admin,
 		"KNEECAP_MAX_CONCURRENCY=4096",
 		"KNEECAP_MAX_QUEUE=100000",
+		// Admission must neither queue nor refuse: that is not the relay's
+		// cost. At 1000 streams with a chunk every 20 ms the machine is
+		// saturated and the engine's TTFT passes the 1 s target; prefill
+		// pacing (on by default, a static cap too) then queues requests and
+		// the deadline check refuses them (429 deadline), as it should in
+		// front of a real engine. Every chunk is still measured and judged.
+		"KNEECAP_PREFILL_PACING=false",
 	)
 	return append(env, extra...)
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +129,47 @@ func TestFindValue(t *testing.T) {
 	}
 	if _, ok := findValue(body, "# Mallocs = "); ok {
 		t.Error("found a missing field")
+	}
+}
+
+// TestLoads parses -loads and the -streams x -modes pairs it replaces, and
+// checks that unpaced streams of -unpaced-chunks run back to back.
+func TestLoads(t *testing.T) {
+	got, err := parseLoads(defaultLoads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []setting{
+		{streams: 100, mode: "paced", interval: 5 * time.Millisecond},
+		{streams: 1000, mode: "paced", interval: 20 * time.Millisecond},
+		{streams: 50, mode: "unpaced", interval: 20 * time.Millisecond},
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("parseLoads(%q) = %v, want %v", defaultLoads, got, want)
+	}
+	if got, err := parseLoads("100x20ms:whole"); err != nil || !slices.Equal(got, []setting{{streams: 100, mode: "whole", interval: 20 * time.Millisecond}}) {
+		t.Errorf("parseLoads(100x20ms:whole) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"100", "x5ms", "100x", "100xfast", "-1x5ms", "100x-5ms", "100x:whole"} {
+		if _, err := parseLoads(bad); err == nil {
+			t.Errorf("parseLoads(%q): no error", bad)
+		}
+	}
+	cross, err := crossSettings("100,1000", "paced,unpaced", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cross) != 4 || cross[1] != (setting{streams: 100, mode: "unpaced", interval: 20 * time.Millisecond}) ||
+		cross[2] != (setting{streams: 1000, mode: "paced", interval: 50 * time.Millisecond}) {
+		t.Errorf("crossSettings = %v", cross)
+	}
+	c := config{chunks: 64, unpacedChunks: 256, unpacedTotal: 500000}
+	w := c.workload(setting{streams: 50, mode: "unpaced", interval: 20 * time.Millisecond})
+	if w.chunks != 256 || w.perWorker != 39 || w.steadyFrom != 0 {
+		t.Errorf("unpaced workload %+v: want 39 streams of 256 chunks per worker, all counted", w)
+	}
+	c.unpacedChunks = 0
+	if w := c.workload(setting{streams: 50, mode: "unpaced"}); w.chunks != 10000 || w.perWorker != 1 {
+		t.Errorf("unpaced workload without -unpaced-chunks %+v: want one stream of 10000 chunks", w)
 	}
 }

@@ -123,9 +123,14 @@ func (r *results) write(w io.Writer) {
 		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadAvg0, loadAvg())
 	fmt.Fprintf(w, "- rounds: %d per target and setting, interleaved (order rotated each round), after one warm-up round; %s in all\n",
 		c.rounds, r.elapsed.Round(time.Second))
-	fmt.Fprintf(w, "- paced: %d chunks per stream, the first at once, then one every interval (per setting); unpaced: back to back, %d chunks per round over all streams (at least 100 per stream)\n",
-		c.chunks, c.unpacedTotal)
-	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: all streams start within the paced interval, one each\n")
+	if c.unpacedChunks > 0 {
+		fmt.Fprintf(w, "- paced: %d chunks per stream, the first at once, then one every interval (per setting); unpaced: back to back, %d chunks per stream, each worker running streams one after another until the round has about %d chunks\n",
+			c.chunks, c.unpacedChunks, c.unpacedTotal)
+	} else {
+		fmt.Fprintf(w, "- paced: %d chunks per stream, the first at once, then one every interval (per setting); unpaced: back to back, %d chunks per round over all streams (at least 100 per stream), one stream per worker\n",
+			c.chunks, c.unpacedTotal)
+	}
+	fmt.Fprintf(w, "- paced streams run as a closed loop: starts spread over one stream's duration, two streams per worker; TTFC and E2E count the second streams, each started while streams-1 others run. Unpaced: the workers start within the paced interval; TTFC and E2E count every stream\n")
 	fmt.Fprintf(w, "- TTFC: client request start to the first output chunk's bytes, warm keep-alive connections; added = relay's percentile minus direct's, pooled over rounds; E2E: request start to the stream's end\n")
 	fmt.Fprintf(w, "- CPU/chunk: the relay's processes' user+sys CPU during its rounds (/proc/PID/stat, 10 ms ticks) / SSE events delivered to the client; direct: the engine's. syscalls/chunk: read-like + write-like system calls of the relay (/proc/PID/io syscr, syscw) / chunks\n")
 	fmt.Fprintf(w, "- peak RSS: max over rounds of the kernel's VmHWM (reset before each round; nginx: master+workers summed). heap/stream (Go relays with pprof): median over paced rounds of (live heap with every stream running - live heap before the round) / streams, live heap = HeapAlloc right after a GC forced by /debug/pprof/heap?gc=1. alloc/chunk: the Go relay's TotalAlloc and Mallocs over its rounds / chunks delivered\n\n")
