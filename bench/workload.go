@@ -50,6 +50,9 @@ type Request struct {
 	Targets Targets
 	// Class is a label kept on the Record, to split results by kind.
 	Class string
+	// NoStream sends this request with "stream": false (as the OpenAI SDKs
+	// do by default) and reads its whole answer; see Record.
+	NoStream bool
 }
 
 // Synthetic makes prompts of InputLen words (the simulator counts one token

@@ -134,6 +134,7 @@ type Gateway struct {
 	ctrl      CapControl
 	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
+	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	registry  *prometheus.Registry
@@ -183,6 +184,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	})
 	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
 	m := newMetrics(g.registry)
+	g.metrics = m
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
 	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 

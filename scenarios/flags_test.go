@@ -39,8 +39,8 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 		return opt, false, fmt.Errorf("-scenarios: %v", err)
 	}
 	for _, id := range opt.Scenarios {
-		if id > len(All()) && !slices.Contains(mixIDs(), id) {
-			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are 1-%d and %v)", id, len(All()), mixIDs())
+		if _, ok := ByID(id); !ok && !slices.Contains(mixIDs(), id) {
+			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are %v and %v)", id, scenarioIDs(), mixIDs())
 		}
 	}
 	if opt.Caps, err = parseCaps(*flagCaps); err != nil {
@@ -51,6 +51,14 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	}
 	issueSweep = slices.Equal(opt.Caps, AllCaps()) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming
 	return opt, issueSweep, nil
+}
+
+func scenarioIDs() []int {
+	var ids []int
+	for _, sc := range All() {
+		ids = append(ids, sc.ID)
+	}
+	return ids
 }
 
 func parseInts(s string) ([]int, error) {
