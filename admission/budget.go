@@ -165,7 +165,7 @@ type budget struct {
 	// still take (see Costs.OversizeShare), as of creditAt.
 	credit   time.Duration
 	creditAt time.Time
-	held         [heldReasons]int64
+	held     [heldReasons]int64
 }
 
 func newBudget(limit int) budget {

@@ -42,10 +42,15 @@ func (o Outcome) MarshalText() ([]byte, error) { return []byte(o.String()), nil 
 // Record is one request's timeline. Latencies count from Due: in open loop
 // the moment the request was scheduled, in closed loop the moment it was
 // sent, so a slow sender cannot hide a slow server.
+//
+// A request that is not streamed (NoStream) has no First, Last, TTFT,
+// TPOT or ITL: its client sees only the end, and E2E runs from Due to the
+// end of the answer's body.
 type Record struct {
-	Level int    // index into Config.Levels
-	User  int    // closed-loop user, or -1 in open loop
-	Class string // Request.Class
+	Level    int    // index into Config.Levels
+	User     int    // closed-loop user, or -1 in open loop
+	Class    string // Request.Class
+	NoStream bool   // sent with "stream": false (Request.NoStream, Config.NoStream)
 
 	Due   time.Time // when the request was due
 	Sent  time.Time // when it was handed to the HTTP client
@@ -69,7 +74,7 @@ type Record struct {
 	Estimated bool
 
 	TTFT time.Duration   // First - Due
-	E2E  time.Duration   // Last - Due
+	E2E  time.Duration   // Last - Due; not streamed: End - Due
 	TPOT time.Duration   // (E2E - TTFT) / (OutputTokens - 1); zero with one token
 	ITL  []time.Duration // gaps between successive output chunks
 
@@ -78,23 +83,42 @@ type Record struct {
 	Measured bool    // ended inside its level's measured window
 }
 
-// HasTPOT reports whether the request has a TPOT (completed, more than one
-// output token).
-func (r *Record) HasTPOT() bool { return r.Outcome == Completed && r.OutputTokens > 1 }
+// HasTPOT reports whether the request has a TPOT (streamed, completed,
+// more than one output token).
+func (r *Record) HasTPOT() bool { return !r.NoStream && r.Outcome == Completed && r.OutputTokens > 1 }
 
-// Judge sets Good from the record's latencies and t. A request is good when
-// it completed with output and met every set bound at once; a request with
-// one output token has no TPOT and so cannot miss that bound (as vLLM).
+// Judge sets Good from the record's latencies and t. A streamed request is
+// good when it completed with output and met every set bound at once; a
+// request with one output token has no TPOT and so cannot miss that bound
+// (as vLLM). A request that is not streamed is judged as its client felt
+// it, as the gateway judges it (slo.Judge): by E2E alone, against t.E2E
+// when set, else against the E2E a stream of its length meeting both
+// other bounds would have, t.TTFT + t.TPOT x (output tokens - 1).
 func (r *Record) Judge(t Targets) {
 	r.Targets = t
+	if r.NoStream {
+		bound := t.E2E
+		if bound == 0 && t.TTFT > 0 {
+			bound = t.TTFT + t.TPOT*time.Duration(max(r.OutputTokens-1, 0))
+		}
+		r.Good = r.Outcome == Completed && r.OutputTokens > 0 && (bound == 0 || r.E2E <= bound)
+		return
+	}
 	r.Good = r.Outcome == Completed && r.OutputTokens > 0 && !r.First.IsZero() &&
 		(t.TTFT == 0 || r.TTFT <= t.TTFT) &&
 		(t.TPOT == 0 || !r.HasTPOT() || r.TPOT <= t.TPOT) &&
 		(t.E2E == 0 || r.E2E <= t.E2E)
 }
 
-// finish computes the derived latencies once First, Last and OutputTokens are known.
+// finish computes the derived latencies once First, Last (or, not
+// streamed, End) and OutputTokens are known.
 func (r *Record) finish() {
+	if r.NoStream {
+		if !r.End.IsZero() {
+			r.E2E = r.End.Sub(r.Due)
+		}
+		return
+	}
 	if r.First.IsZero() {
 		return
 	}
@@ -116,17 +140,25 @@ type requestBody struct {
 	Prompt        *string   `json:"prompt,omitempty"`
 	MaxTokens     int       `json:"max_tokens,omitempty"`
 	Stream        bool      `json:"stream"`
-	StreamOptions struct {
+	StreamOptions *struct {
 		IncludeUsage bool `json:"include_usage"`
-	} `json:"stream_options"`
+	} `json:"stream_options,omitempty"`
 	IgnoreEOS bool `json:"ignore_eos,omitempty"`
 }
 
-// body encodes req for the configured endpoint, always streamed and always
-// asking for the usage report.
+// streamed reports whether req is sent as a stream.
+func (c *Config) streamed(req Request) bool { return !c.NoStream && !req.NoStream }
+
+// body encodes req for the configured endpoint: streamed, asking for the
+// usage report; or, not streamed, as the OpenAI SDKs send it ("stream":
+// false, whose answer always has usage).
 func (c *Config) body(req Request) []byte {
-	b := requestBody{Model: c.Model, MaxTokens: req.MaxTokens, Stream: true, IgnoreEOS: c.IgnoreEOS}
-	b.StreamOptions.IncludeUsage = true
+	b := requestBody{Model: c.Model, MaxTokens: req.MaxTokens, Stream: c.streamed(req), IgnoreEOS: c.IgnoreEOS}
+	if b.Stream {
+		b.StreamOptions = &struct {
+			IncludeUsage bool `json:"include_usage"`
+		}{true}
+	}
 	if c.Endpoint == Completions {
 		b.Prompt = &req.Prompt
 	} else {
@@ -139,8 +171,8 @@ func (c *Config) body(req Request) []byte {
 // send performs one streamed request due at due and measures it. ctx ending
 // makes the record Unfinished.
 func (c *Config) send(ctx context.Context, client *http.Client, url string, req Request, due time.Time) Record {
-	rec := Record{Due: due, Class: req.Class, User: -1}
-	if req.MaxTokens > 1 {
+	rec := Record{Due: due, Class: req.Class, User: -1, NoStream: !c.streamed(req)}
+	if req.MaxTokens > 1 && !rec.NoStream {
 		rec.ITL = make([]time.Duration, 0, min(req.MaxTokens-1, 4096))
 	}
 	body := c.body(req)
@@ -156,7 +188,11 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 		return rec
 	}
 	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
+	if !rec.NoStream {
+		hreq.Header.Set("Accept", "text/event-stream")
+	} else {
+		hreq.Header.Set("Accept", "application/json")
+	}
 	for k, vs := range c.Header {
 		hreq.Header[k] = vs
 	}
@@ -181,7 +217,45 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 		}
 		return rec
 	}
+	if rec.NoStream {
+		return c.readWhole(ctx, rec, resp.Body)
+	}
 	return c.readStream(ctx, rec, resp.Body)
+}
+
+// maxWholeAnswer bounds the body of an answer that is not streamed.
+const maxWholeAnswer = 64 << 20
+
+// readWhole reads the JSON answer of a request that is not streamed into
+// rec: its usage, and E2E to the end of the body.
+func (c *Config) readWhole(ctx context.Context, rec Record, body io.Reader) Record {
+	raw, err := io.ReadAll(io.LimitReader(body, maxWholeAnswer+1))
+	if err != nil {
+		return rec.fail(ctx, rec.Status, err.Error())
+	}
+	if len(raw) > maxWholeAnswer {
+		return rec.fail(ctx, rec.Status, "answer larger than 64 MiB")
+	}
+	var v struct {
+		Choices []json.RawMessage `json:"choices"`
+		Usage   *wire.Usage       `json:"usage"`
+		Error   json.RawMessage   `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return rec.fail(ctx, rec.Status, "malformed answer: "+err.Error())
+	}
+	if len(v.Error) > 0 && string(v.Error) != "null" || len(v.Choices) == 0 {
+		return rec.fail(ctx, rec.Status, "not an answer: "+truncate(string(raw), 200))
+	}
+	rec.End = time.Now()
+	rec.Outcome = Completed
+	if v.Usage != nil {
+		rec.PromptTokens, rec.OutputTokens = v.Usage.PromptTokens, v.Usage.CompletionTokens
+	} else {
+		rec.OutputTokens, rec.Estimated = 1, true // some output; its length unknown
+	}
+	rec.finish()
+	return rec
 }
 
 // readStream reads the SSE stream of a 200 response into rec.

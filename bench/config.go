@@ -327,7 +327,12 @@ type Config struct {
 	// and the simulator support it).
 	IgnoreEOS bool
 
-	// Targets judge goodput; a Request may carry its own.
+	// NoStream sends every request with "stream": false (see
+	// Request.NoStream, which does it for one request).
+	NoStream bool
+
+	// Targets judge goodput; a Request may carry its own. A request that
+	// is not streamed is judged by E2E alone (see Record.Judge).
 	Targets Targets
 	// MinAttainment is the share of good requests a level needs to count as
 	// having met the targets in the knee line; zero means 0.9.

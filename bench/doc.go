@@ -19,7 +19,10 @@
 //   - workload.go: the [Workload] hook (what to send, per request, may change
 //     mid-run) with [Synthetic] (N-word prompts, seeded lengths) and
 //     [PromptFile] (JSONL).
-//   - client.go: one streamed request, measured into a [Record].
+//   - client.go: one request, measured into a [Record]: streamed, or sent
+//     with "stream": false (Config.NoStream, Request.NoStream), as the
+//     OpenAI SDKs send it, measured by E2E to the end of its answer and
+//     judged by E2E alone (Record.Judge, as the gateway judges it).
 //   - run.go, loops.go: levels, warm-up, the measured window, closed loop
 //     (users, optionally honouring Retry-After) and open loop (Poisson or
 //     gamma arrivals, latencies counted from when a request was due).

@@ -34,6 +34,32 @@ func TestTPOTExcludesFirstToken(t *testing.T) {
 	}
 }
 
+// A request that is not streamed is judged by E2E alone: against the E2E
+// target when set (its TTFT and TPOT targets do not apply), else against
+// the E2E of a stream of its length meeting both.
+func TestJudgeNotStreamed(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := Record{NoStream: true, Due: t0, End: t0.Add(3 * time.Second), OutputTokens: 21, Outcome: Completed}
+	r.finish()
+	if r.E2E != 3*time.Second || r.HasTPOT() {
+		t.Fatalf("E2E %v, has TPOT %v", r.E2E, r.HasTPOT())
+	}
+	for _, tt := range []struct {
+		t    Targets
+		good bool
+	}{
+		{Targets{TTFT: time.Millisecond, TPOT: time.Millisecond, E2E: 3 * time.Second}, true},
+		{Targets{E2E: 2 * time.Second}, false},
+		{Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond}, true}, // 1 + 20 x 0.1 = 3 s
+		{Targets{TTFT: time.Second, TPOT: 99 * time.Millisecond}, false}, // 2.98 s
+		{Targets{}, true},
+	} {
+		if r.Judge(tt.t); r.Good != tt.good {
+			t.Errorf("targets %+v: good %v, want %v", tt.t, r.Good, tt.good)
+		}
+	}
+}
+
 // The same timeline end to end: a fake engine in a synctest bubble streams
 // the first token at 500 ms and 99 more evenly until 1200 ms.
 func TestTimelineThroughHTTP(t *testing.T) {

@@ -118,3 +118,52 @@ func TestGB10Table1(t *testing.T) {
 		}
 	})
 }
+
+// TestNotStreamedAgainstSimulator: requests sent with "stream": false, all
+// of them or every other one, are measured by E2E alone (one user: the
+// first token after one step of 12 ms, then 20 more, 21 x 12 = 252 ms)
+// and judged by the E2E target; the streamed ones as before.
+func TestNotStreamedAgainstSimulator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		base := Config{
+			Levels: []float64{1}, Warmup: time.Second, Duration: 10 * time.Second, IgnoreEOS: true,
+			Targets: Targets{TTFT: 100 * time.Millisecond, TPOT: 15 * time.Millisecond, E2E: 260 * time.Millisecond},
+		}
+		cfg := base
+		cfg.NoStream = true
+		cfg.Workload = Synthetic{InputLen: Dist{Mean: 8}, OutputLen: Dist{Mean: 21}}
+		s := runSim(t, stepProfile, cfg).Levels[0].Summary
+		if s.Completed == 0 || s.Good != s.Completed || s.TTFT.N != 0 || s.TPOT.N != 0 || s.ITL.N != 0 || s.E2E.N != s.Completed {
+			t.Fatalf("summary %+v", s)
+		}
+		if s.E2E.P50 < 252*time.Millisecond || s.E2E.P50 > 260*time.Millisecond || s.OutputTokens != 21*s.Completed {
+			t.Errorf("E2E %+v, %d output tokens for %d requests; want 252 ms, 21 each", s.E2E, s.OutputTokens, s.Completed)
+		}
+
+		// Without an E2E target, an answer that is not streamed is held
+		// to the E2E of a stream that meets TTFT and TPOT: 100 + 20 x 15.
+		cfg = base
+		cfg.Targets.E2E = 0
+		cfg.Workload = WorkloadFunc(func(sl Slot) Request {
+			return Request{Prompt: Words(sl.Rand, 8), MaxTokens: 21, NoStream: sl.Seq%2 == 1, Class: map[bool]string{true: "whole", false: "stream"}[sl.Seq%2 == 1]}
+		})
+		lv := runSim(t, stepProfile, cfg).Levels[0]
+		var whole, stream int
+		for _, r := range lv.Records {
+			if r.Outcome != Completed || !r.Measured {
+				continue
+			}
+			if r.NoStream != (r.Class == "whole") || !r.Good {
+				t.Fatalf("record %+v", r)
+			}
+			if r.NoStream {
+				whole++
+			} else {
+				stream++
+			}
+		}
+		if whole == 0 || stream == 0 || lv.Summary.TTFT.N != stream {
+			t.Fatalf("%d whole, %d streamed; summary %+v", whole, stream, lv.Summary)
+		}
+	})
+}

@@ -88,6 +88,8 @@ func Summarize(recs []Record, window time.Duration, level float64) Summary {
 		if !r.First.IsZero() {
 			ttft = append(ttft, r.TTFT)
 			e2e = append(e2e, r.E2E)
+		} else if r.NoStream {
+			e2e = append(e2e, r.E2E)
 		}
 		if r.HasTPOT() {
 			tpot = append(tpot, r.TPOT)

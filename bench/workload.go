@@ -55,6 +55,9 @@ type Request struct {
 	// a flood before and after it); nothing is recorded. An open-loop
 	// arrival ignores it and sends the request.
 	Idle time.Duration
+	// NoStream sends this request with "stream": false (as the OpenAI SDKs
+	// do by default) and reads its whole answer; see Record.
+	NoStream bool
 }
 
 // Synthetic makes prompts of InputLen words (the simulator counts one token

@@ -151,6 +151,64 @@ func leaveAfterFirstChunk(c *http.Client, base string) error {
 	return fmt.Errorf("no output chunk: %v", sc.Err())
 }
 
+// TestClientsLeaveReassembled has 200 clients of requests that are not
+// streamed (reassembled from the engine's streams) leave while their long
+// answers are being generated: every slot comes back at once, long before
+// the answers would have ended, and the engine stops generating for each
+// of them.
+func TestClientsLeaveReassembled(t *testing.T) {
+	for _, kind := range testengine.Kinds {
+		t.Run(string(kind), func(t *testing.T) {
+			t.Parallel()
+			eng := testengine.Start(t, kind)
+			h := startGateway(t, eng, "KNEECAP_MAX_CONCURRENCY=64", "KNEECAP_MAX_QUEUE=2000", "KNEECAP_MAX_QUEUE_WAIT=120s",
+				"KNEECAP_SLO_TTFT=120s", "KNEECAP_SLO_TPOT=1s")
+			heap := heapAfterGC()
+			const n = 200
+			c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: n}}
+			defer c.CloseIdleConnections()
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			errs := make(chan error, n)
+			var wg sync.WaitGroup
+			for range n {
+				wg.Go(func() {
+					// 400 tokens 20 ms apart: 8 s to generate.
+					_, err := request(ctx, c, h.traffic, false, 400, testengine.HeaderGap, "20")
+					errs <- err
+				})
+			}
+			waitUntil(t, 30*time.Second, "64 running, the rest queued", func() bool {
+				st := h.g.Limiter().State()
+				return st.Running == 64 && st.Queued == n-64
+			})
+			time.Sleep(300 * time.Millisecond) // output is being generated and reassembled
+			cancel()
+			left := time.Now()
+			waitUntil(t, 2*time.Second, "every slot free", func() bool {
+				st := h.g.Limiter().State()
+				return st.Running == 0 && st.Queued == 0
+			})
+			t.Logf("%d clients of reassembled answers left; every slot was free %v later", n, time.Since(left).Round(time.Millisecond))
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err == nil {
+					t.Fatal("a client that left got an answer")
+				}
+			}
+			settle(t, h, eng) // the engine generates for none of them
+			waitUntil(t, 5*time.Second, "every request counted as client_cancelled", func() bool {
+				return h.counter(t, "kneecap_requests_total", "route", "chat", "outcome", "client_cancelled") == n
+			})
+			c.CloseIdleConnections()
+			if grew := int64(heapAfterGC()) - int64(heap); grew > 16<<20 {
+				t.Errorf("heap grew by %d MiB", grew>>20)
+			}
+		})
+	}
+}
+
 // TestSlowClients has one client read a byte a second and one never read,
 // each from a long stream, while another client streams normally: the
 // slow two are cut off within the client write timeout and their slots

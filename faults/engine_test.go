@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -30,28 +31,46 @@ func TestEngineFaults(t *testing.T) {
 		events  int    // at least this many data events before the error
 		maxWait time.Duration
 	}
+	const (
+		stream = "stream"      // streamed
+		whole  = "reassembled" // not streamed: streamed from the engine and reassembled
+		relay  = "whole"       // not streamed, with a field that keeps it whole: relayed whole
+	)
 	cases := []struct {
-		fault  string
-		stream bool
-		want   want
+		fault string
+		how   string
+		want  want
 	}{
-		{testengine.FaultKillBeforeHeaders, true, want{502, "upstream_unreachable", 0, 5 * time.Second}},
-		{testengine.FaultKillAfterHeaders, true, want{200, "stream_broken", 0, 5 * time.Second}},
-		{testengine.FaultKillMidStream, true, want{200, "stream_broken", 3, 5 * time.Second}},
-		{testengine.FaultHangBeforeHeaders, true, want{504, "first_token_timeout", 0, 5 * time.Second}},
-		{testengine.FaultHangBeforeHeaders, false, want{504, "response_timeout", 0, 6 * time.Second}},
-		{testengine.FaultHangAfterHeaders, false, want{504, "stream_idle_timeout", 0, 5 * time.Second}},
-		{testengine.FaultHangAfterHeaders, true, want{200, "first_token_timeout", 0, 5 * time.Second}},
-		{testengine.FaultHangMidStream, true, want{200, "stream_idle_timeout", 3, 5 * time.Second}},
-		{testengine.FaultStatus500, true, want{500, "*", 0, 5 * time.Second}},
-		{testengine.FaultStatus503, false, want{503, "*", 0, 5 * time.Second}},
-		{testengine.FaultStatus400, true, want{400, "*", 0, 5 * time.Second}},
-		{testengine.FaultNonJSON500, true, want{500, "engine_status", 0, 5 * time.Second}},
-		{testengine.FaultNonJSON200, true, want{502, "engine_bad_response", 0, 5 * time.Second}},
-		{testengine.FaultNonJSON200, false, want{502, "engine_bad_response", 0, 5 * time.Second}},
-		{testengine.FaultBrokenSSE, true, want{200, "stream_broken", 1, 5 * time.Second}},
-		{testengine.FaultTruncated, true, want{200, "stream_broken", 3, 5 * time.Second}},
-		{testengine.FaultHugeLine, true, want{200, "event_too_large", 1, 10 * time.Second}},
+		{testengine.FaultKillBeforeHeaders, stream, want{502, "upstream_unreachable", 0, 5 * time.Second}},
+		{testengine.FaultKillAfterHeaders, stream, want{200, "stream_broken", 0, 5 * time.Second}},
+		{testengine.FaultKillMidStream, stream, want{200, "stream_broken", 3, 5 * time.Second}},
+		{testengine.FaultHangBeforeHeaders, stream, want{504, "first_token_timeout", 0, 5 * time.Second}},
+		{testengine.FaultHangAfterHeaders, stream, want{200, "first_token_timeout", 0, 5 * time.Second}},
+		{testengine.FaultHangMidStream, stream, want{200, "stream_idle_timeout", 3, 5 * time.Second}},
+		{testengine.FaultStatus500, stream, want{500, "*", 0, 5 * time.Second}},
+		{testengine.FaultStatus400, stream, want{400, "*", 0, 5 * time.Second}},
+		{testengine.FaultNonJSON500, stream, want{500, "engine_status", 0, 5 * time.Second}},
+		{testengine.FaultNonJSON200, stream, want{502, "engine_bad_response", 0, 5 * time.Second}},
+		{testengine.FaultBrokenSSE, stream, want{200, "stream_broken", 1, 5 * time.Second}},
+		{testengine.FaultTruncated, stream, want{200, "stream_broken", 3, 5 * time.Second}},
+		{testengine.FaultHugeLine, stream, want{200, "event_too_large", 1, 10 * time.Second}},
+		// Not streamed, reassembled: nothing reaches the client before the
+		// end, so every fault is answered with a status.
+		{testengine.FaultKillAfterHeaders, whole, want{502, "stream_broken", 0, 5 * time.Second}},
+		{testengine.FaultKillMidStream, whole, want{502, "stream_broken", 0, 5 * time.Second}},
+		{testengine.FaultHangBeforeHeaders, whole, want{504, "first_token_timeout", 0, 5 * time.Second}},
+		{testengine.FaultHangAfterHeaders, whole, want{504, "first_token_timeout", 0, 5 * time.Second}},
+		{testengine.FaultHangMidStream, whole, want{504, "stream_idle_timeout", 0, 5 * time.Second}},
+		{testengine.FaultStatus503, whole, want{503, "*", 0, 5 * time.Second}},
+		{testengine.FaultNonJSON200, whole, want{502, "engine_bad_response", 0, 5 * time.Second}},
+		{testengine.FaultBrokenSSE, whole, want{502, "engine_bad_response", 0, 5 * time.Second}},
+		{testengine.FaultTruncated, whole, want{502, "stream_broken", 0, 5 * time.Second}},
+		{testengine.FaultHugeLine, whole, want{502, "event_too_large", 0, 10 * time.Second}},
+		// Relayed whole: bounded by the response timeout to its headers.
+		{testengine.FaultHangBeforeHeaders, relay, want{504, "response_timeout", 0, 6 * time.Second}},
+		{testengine.FaultHangAfterHeaders, relay, want{504, "stream_idle_timeout", 0, 5 * time.Second}},
+		{testengine.FaultStatus503, relay, want{503, "*", 0, 5 * time.Second}},
+		{testengine.FaultNonJSON200, relay, want{502, "engine_bad_response", 0, 5 * time.Second}},
 	}
 	for _, kind := range testengine.Kinds {
 		t.Run(string(kind), func(t *testing.T) {
@@ -67,13 +86,20 @@ func TestEngineFaults(t *testing.T) {
 			}
 			for _, tc := range cases {
 				name := tc.fault
-				if !tc.stream {
-					name += " not streamed"
+				if tc.how != stream {
+					name += " " + tc.how
 				}
 				t.Run(name, func(t *testing.T) {
 					heap := heapAfterGC()
 					start := time.Now()
-					s, err := request(context.Background(), c, h.traffic, tc.stream, 16, testengine.HeaderFault, tc.fault)
+					body := fmt.Sprintf(chatStream, 16)
+					switch tc.how {
+					case whole:
+						body = fmt.Sprintf(chatWhole, 16)
+					case relay:
+						body = fmt.Sprintf(chatWholeOnly, 16)
+					}
+					s, err := send(context.Background(), c, h.traffic, body, testengine.HeaderFault, tc.fault)
 					took := time.Since(start)
 					if err != nil {
 						t.Fatalf("client error after %v: %v (%s)", took, err, s)

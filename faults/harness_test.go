@@ -46,7 +46,14 @@ func startGateway(t *testing.T, eng *testengine.Engine, env ...string) *gw {
 // logger, say).
 func startGatewayWith(t *testing.T, eng *testengine.Engine, opts []gateway.Option, env ...string) *gw {
 	t.Helper()
-	cfg, err := gateway.ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + eng.URL().String()}, env...))
+	return startGatewayURL(t, opts, append([]string{"KNEECAP_UPSTREAM=" + eng.URL().String()}, env...))
+}
+
+// startGatewayURL runs a gateway with the settings env (KNEECAP_UPSTREAM
+// among them) and the options opts, and stops it in t.Cleanup.
+func startGatewayURL(t *testing.T, opts []gateway.Option, env []string) *gw {
+	t.Helper()
+	cfg, err := gateway.ConfigFromEnv(env)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,15 +123,16 @@ func (h *gw) counter(t *testing.T, name string, labels ...string) float64 {
 }
 
 // settle waits (up to 15 s) until the gateway holds no slot and queues
-// nothing, and the engine (when it runs) serves no generation request: a
-// fault must leave nothing behind on either side.
+// nothing, and the engine (when it runs; nil for one that is not a test
+// engine) serves no generation request: a fault must leave nothing behind
+// on either side.
 func settle(t *testing.T, h *gw, eng *testengine.Engine) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		st := h.g.Limiter().State()
 		active := 0
-		if !eng.Exited() {
+		if eng != nil && !eng.Exited() {
 			_, active = eng.Stats(t)
 		}
 		if st.Running == 0 && st.Queued == 0 && active == 0 {
@@ -166,7 +174,11 @@ func (s seen) answered() bool { return s.complete || s.errType != "" }
 
 const (
 	chatStream = `{"model":"test","stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"say something"}]}`
-	chatWhole  = `{"model":"test","stream":false,"max_tokens":%d,"messages":[{"role":"user","content":"say something"}]}`
+	// chatWhole is not streamed: the gateway reassembles it from a stream.
+	chatWhole = `{"model":"test","stream":false,"max_tokens":%d,"messages":[{"role":"user","content":"say something"}]}`
+	// chatWholeOnly is not streamed and asks for prompt logprobs, which
+	// keeps it whole (wire.WholeOnly): the gateway relays it whole.
+	chatWholeOnly = `{"model":"test","stream":false,"max_tokens":%d,"prompt_logprobs":0,"messages":[{"role":"user","content":"say something"}]}`
 )
 
 // request sends one chat completion (streamed or not) with the engine
@@ -176,6 +188,12 @@ func request(ctx context.Context, c *http.Client, base string, stream bool, toke
 	if stream {
 		body = fmt.Sprintf(chatStream, tokens)
 	}
+	return send(ctx, c, base, body, hdr...)
+}
+
+// send sends one chat completion body with the engine headers hdr and
+// reads the whole answer.
+func send(ctx context.Context, c *http.Client, base, body string, hdr ...string) (seen, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return seen{}, err

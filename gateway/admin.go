@@ -16,6 +16,7 @@ import (
 
 	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/enginemetrics"
+	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
 )
@@ -108,6 +109,9 @@ type Status struct {
 	// work under way, the KV tokens of the running requests, and why
 	// requests were held (see admission.HeldCounts).
 	Admission AdmissionStatus `json:"admission"`
+	// NotStreamed is what the gateway does with requests whose clients do
+	// not stream.
+	NotStreamed NotStreamedStatus `json:"not_streamed"`
 	// Controller is the controller's own state (StatusReporter), if any.
 	Controller any `json:"controller,omitempty"`
 	// EngineMetrics is the reading of the engine's own metrics endpoint
@@ -121,6 +125,40 @@ type AdmissionStatus struct {
 	PrefillTokens int                  `json:"prefill_tokens"`
 	ResidentKV    int                  `json:"kv_tokens"`
 	Held          admission.HeldCounts `json:"held"`
+}
+
+// NotStreamedStatus says which generation routes reassemble a request
+// that is not streamed (stream it from the engine, measure it as a stream,
+// answer with the JSON body the engine would have sent) and which relay it
+// whole, the request fields that keep one whole on a reassembling route,
+// and how many admitted requests went each way since the gateway started.
+// Such a request is judged by E2E alone (its E2E target, else TTFT + TPOT
+// x (output tokens - 1)).
+type NotStreamedStatus struct {
+	ReassembledRoutes []string `json:"reassembled_routes"`
+	WholeRoutes       []string `json:"whole_routes"`
+	WholeOnlyFields   []string `json:"whole_only_fields"`
+	Reassembled       int64    `json:"reassembled"`
+	Whole             int64    `json:"whole"`
+}
+
+// notStreamedStatus lists the routes from the proxy's table.
+func (g *Gateway) notStreamedStatus() NotStreamedStatus {
+	s := NotStreamedStatus{ReassembledRoutes: []string{}, WholeRoutes: []string{}, WholeOnlyFields: []string{}}
+	for _, rt := range proxy.Routes {
+		switch {
+		case rt.Access != proxy.Generation:
+		case rt.Reassemble:
+			s.ReassembledRoutes = append(s.ReassembledRoutes, rt.Path)
+		default:
+			s.WholeRoutes = append(s.WholeRoutes, rt.Path)
+		}
+	}
+	for _, f := range wire.WholeOnly {
+		s.WholeOnlyFields = append(s.WholeOnlyFields, f.Field)
+	}
+	s.Reassembled, s.Whole = g.metrics.reassembled.Load(), g.metrics.whole.Load()
+	return s
 }
 
 // TargetsStatus lists the operator's targets in seconds (0 = unset).
@@ -188,6 +226,7 @@ func (g *Gateway) Status() Status {
 		},
 	}
 	s.Classes, s.Tenants = classesStatus(g.lim, g.cfg.TenantMetrics)
+	s.NotStreamed = g.notStreamedStatus()
 	if g.status != nil {
 		s.Controller = g.status.Status()
 	}

@@ -42,6 +42,8 @@
 //     limiter at scrape time, and the per-class request counter.
 //   - admin.go: the admin endpoints and the /status document ([Status];
 //     "adaptive" is true only when the cap moves at run time;
+//     "not_streamed" names the routes that reassemble a request that is
+//     not streamed and those that relay it whole, with their counts;
 //     "engine_metrics" the engine's own KV reading).
 //   - The engine's own metrics (KNEECAP_ENGINE_METRICS, package
 //     enginemetrics): New builds the scraper of the engine's Prometheus

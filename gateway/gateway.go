@@ -134,6 +134,7 @@ type Gateway struct {
 	ctrl      CapControl
 	adaptive  bool // the cap moves at run time (/status "adaptive")
 	status    StatusReporter
+	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	registry  *prometheus.Registry
@@ -183,6 +184,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	})
 	g.win = slo.NewWindow(cfg.SLOWindow, time.Now())
 	m := newMetrics(g.registry)
+	g.metrics = m
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
 	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
 
@@ -397,6 +399,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 			// Never the gateway's failure: the scraper only returns when
 			// egCtx ends (or for a second Run, a bug).
 			defer close(g.scraped)
+			// Off the controller's tick (every second from now): a
+			// scrape at the instant the controller moves the cap would
+			// read the engine before or after the requests the move
+			// admits, whichever goroutine ran first (in virtual time, a
+			// different run each time). Half a tick and half a
+			// millisecond later, no scrape at an interval of whole
+			// milliseconds ever lands on a tick.
+			select {
+			case <-egCtx.Done():
+				return nil
+			case <-time.After(scrapePhase):
+			}
 			if err := g.engine.Run(egCtx); err != nil {
 				g.log.Error("engine metrics", "err", err)
 			}
@@ -410,6 +424,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	})
 	return eg.Wait()
 }
+
+// scrapePhase is how long after Run starts the engine's first scrape
+// runs: off the controller's ticks (see Run).
+const scrapePhase = 500*time.Millisecond + 500*time.Microsecond
 
 // shutdown drains the traffic server within DrainTimeout, then the admin
 // server and the agent (which answers "drain" meanwhile), and closes the

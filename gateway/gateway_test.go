@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -380,4 +381,37 @@ func TestControllerWiring(t *testing.T) {
 	}
 	h.stop(t)
 	<-fc.ended
+}
+
+// TestNotStreamedStatus: /status names the routes that reassemble a
+// request that is not streamed and those that relay it whole, and counts
+// both; so does kneecap_not_streamed_requests_total.
+func TestNotStreamedStatus(t *testing.T) {
+	h := start(t, &proxytest.Engine{Flavor: proxytest.VLLM, Chunks: 3}, Config{})
+	for _, body := range []string{`{"model":"m","messages":[]}`, `{"model":"m","messages":[],"prompt_logprobs":1}`} {
+		resp, err := http.Post(h.traffic+"/v1/chat/completions", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), `"object":"chat.completion"`) {
+			t.Fatalf("status %d: %s", resp.StatusCode, b)
+		}
+	}
+	count := func(relay string) float64 {
+		return testutil.ToFloat64(mustCounter(t, h.reg, "kneecap_not_streamed_requests_total", map[string]string{"route": "chat", "relay": relay}))
+	}
+	waitFor(t, func() bool { return count("reassembled") == 1 && count("whole") == 1 })
+	var st Status
+	code, body := get(t, h.admin+"/status")
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != 200 {
+		t.Fatalf("/status %d %v: %s", code, err, body)
+	}
+	ns := st.NotStreamed
+	if !slices.Contains(ns.ReassembledRoutes, "/v1/chat/completions") || !slices.Contains(ns.ReassembledRoutes, "/v1/completions") ||
+		!slices.Contains(ns.WholeRoutes, "/v1/responses") || !slices.Contains(ns.WholeRoutes, "/generate") ||
+		!slices.Contains(ns.WholeOnlyFields, "prompt_logprobs") || ns.Reassembled != 1 || ns.Whole != 1 {
+		t.Fatalf("not_streamed %+v", ns)
+	}
 }

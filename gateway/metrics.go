@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +27,10 @@ type metrics struct {
 	outputTokens prometheus.Counter
 	rejections   *prometheus.CounterVec
 	missed       *prometheus.CounterVec
+	notStreamed  *prometheus.CounterVec
+	// reassembled and whole count the admitted requests that were not
+	// streamed, for /status.
+	reassembled, whole atomic.Int64
 }
 
 var _ proxy.Observer = (*metrics)(nil)
@@ -75,6 +80,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "kneecap_slo_missed_total",
 			Help: "Completed requests that missed a target, by target (ttft, tpot, e2e); a request may miss several.",
 		}, []string{"target"}),
+		notStreamed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kneecap_not_streamed_requests_total",
+			Help: "Admitted generation requests whose clients did not stream, by route and how they were relayed: reassembled (streamed from the engine, measured, answered whole) or whole (relayed as they were, only their end-to-end time and usage measured).",
+		}, []string{"route", "relay"}),
 	}
 	m.ttftClient = m.ttft.WithLabelValues("client")
 	m.ttftEngine = m.ttft.WithLabelValues("engine")
@@ -84,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, t := range []string{"ttft", "tpot", "e2e"} {
 		m.missed.WithLabelValues(t)
 	}
-	reg.MustRegister(m.requests, m.ttft, m.tpot, m.itl, m.e2e, m.queueWait, m.outputTokens, m.rejections, m.missed)
+	reg.MustRegister(m.requests, m.ttft, m.tpot, m.itl, m.e2e, m.queueWait, m.outputTokens, m.rejections, m.missed, m.notStreamed)
 	return m
 }
 
@@ -106,6 +115,16 @@ func (m *metrics) Done(r slo.Record) {
 		return
 	}
 	m.queueWait.Observe(r.QueueWait.Seconds())
+	if !r.Streamed {
+		relay := "whole"
+		if r.Reassembled {
+			relay = "reassembled"
+			m.reassembled.Add(1)
+		} else {
+			m.whole.Add(1)
+		}
+		m.notStreamed.WithLabelValues(r.Route, relay).Inc()
+	}
 	if !o.Completed() {
 		return
 	}
@@ -119,7 +138,7 @@ func (m *metrics) Done(r slo.Record) {
 	}
 	m.outputTokens.Add(float64(r.OutputTokens))
 	m.e2e.Observe(r.E2E.Seconds())
-	if r.Streamed && r.OutputChunks > 0 {
+	if r.FirstObserved() {
 		m.ttftClient.Observe(r.TTFT.Seconds())
 		m.ttftEngine.Observe(r.EngineTTFT.Seconds())
 	}

@@ -35,14 +35,15 @@ type Classifier func(h http.Header) (Class, error)
 
 // admissionOf resolves a request's class and targets and builds what the
 // limiter is asked; it also fills the record's class and tenant. An error
-// is a bad header, answered 400.
-func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request, error) {
+// is a bad header, answered 400. The class comes back with it (see
+// notStreamed).
+func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request, Class, error) {
 	base := p.cfg.Targets
 	var c Class
 	if p.cfg.Classify != nil {
 		var err error
 		if c, err = p.cfg.Classify(r.Header); err != nil {
-			return admission.Request{}, badHeader(err)
+			return admission.Request{}, c, badHeader(err)
 		}
 		if c.HasTargets {
 			base = c.Targets
@@ -50,11 +51,21 @@ func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request
 	}
 	targets, err := p.cfg.Headers.Apply(base, r.Header)
 	if err != nil {
-		return admission.Request{}, badHeader(err)
+		return admission.Request{}, c, badHeader(err)
 	}
 	rec.Targets, rec.Class, rec.Tenant = targets, c.Name, c.Tenant
 	return admission.Request{
 		Arrival: rec.Arrival, Targets: targets, MaxWait: p.maxWait(c, targets),
 		Class: c.Index, Tenant: c.Tenant,
-	}, nil
+	}, c, nil
+}
+
+// notStreamed makes areq that of a request whose client does not stream:
+// the client feels only the end of its answer, so it queues and is
+// checked for its deadline by the targets its verdict uses
+// (slo.Targets.Verdict: its E2E target alone when it has one), and its
+// queue-wait bound follows from them (see maxWait).
+func (p *Proxy) notStreamed(areq *admission.Request, c Class) {
+	areq.Targets = areq.Targets.Verdict(false)
+	areq.MaxWait = p.maxWait(c, areq.Targets)
 }

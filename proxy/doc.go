@@ -15,7 +15,12 @@
 //     contacting the engine), given its targets (x-slo-*-ms headers),
 //     rewritten to ask for the usage report when a streamed request did
 //     not, admitted, forwarded under the first-token or response timeout,
-//     relayed and judged (finish).
+//     relayed and judged (finish). A request that is not streamed is
+//     admitted by the targets its verdict uses (slo.Targets.Verdict: its
+//     E2E target alone when it has one) and, on a route that reassembles
+//     (Route.Reassemble: the OpenAI chat and completion routes), rewritten
+//     to ask for a stream with usage (wire.AsStream) unless a field keeps
+//     it whole (wire.WholeOnly).
 //   - classify.go: [Class] and [Classifier], the hook that gives a request
 //     its priority class, tenant and class targets from its headers (the
 //     gateway's); what the limiter is asked (admission.Request) is built
@@ -27,8 +32,16 @@
 //     the engine sent it, except the usage-only chunk the gateway itself
 //     asked for; it is flushed as soon as no further event that already
 //     arrived is buffered. The first output chunk gives TTFT (client and
-//     engine), every later one an ITL gap. A non-streamed answer is read
-//     whole (up to 8 MiB) for its usage report and relayed.
+//     engine), every later one an ITL gap (meter.go, shared by both
+//     relays). A non-streamed answer is read whole (up to 8 MiB) for its
+//     usage report and relayed.
+//   - assembled.go: the relay of a reassembled request: the engine's
+//     stream measured as relayStream measures it (observations delivered
+//     at once), merged by a wire.Assembler (up to 8 MiB, else 400
+//     response_too_large), and answered with one JSON body and the
+//     engine's headers but those of its stream; every failure, the
+//     engine's error event included, is answered with a status, as
+//     nothing was sent before the end.
 //   - edge.go: the one place where failures become HTTP. Call sites return
 //     sentinel errors (wrapped with %w, or in a *failed that adds the
 //     client's message, the engine's status and the cause for the log);
@@ -70,7 +83,7 @@
 // The proxy owns nothing long-lived but its configuration. Per request it
 // owns the admission ticket, released from a defer exactly once when the
 // response has ended (also on panic) and told of the first output chunk
-// (at once for a request that is not streamed) so that the limiter's
+// (at once for a request relayed whole) so that the limiter's
 // prefill pacing can admit the next request, and the record, handed to the
 // observers by value when the request ends. The transport belongs to
 // whoever passed it in Config.

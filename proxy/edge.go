@@ -36,6 +36,7 @@ const (
 	reasonBadResponse       = "engine_bad_response"
 	reasonClientTooSlow     = "client_too_slow"
 	reasonBodyBudget        = "body_budget"
+	reasonAnswerTooLarge    = "response_too_large"
 	reasonRouteNotFound     = "route_not_found"
 	reasonMethodNotAllowed  = "method_not_allowed"
 	reasonPromptTooLong     = "context_length_exceeded"
@@ -64,11 +65,13 @@ var (
 	errResponseTimeout = errors.New("proxy: no response within the response timeout")
 	// errStreamIdle is the cancel cause when the engine's response body was
 	// silent for longer than Config.StreamIdleTimeout.
-	errStreamIdle     = errors.New("proxy: the engine's response was silent for longer than the stream-idle timeout")
-	errStreamBroken   = errors.New("proxy: the engine's response broke off")
-	errStreamEnded    = errors.New("proxy: the engine's stream ended without [DONE] or a finish_reason")
-	errErrorEvent     = errors.New("proxy: the engine sent an error event")
-	errBadResponse    = errors.New("proxy: the engine's success is not JSON")
+	errStreamIdle   = errors.New("proxy: the engine's response was silent for longer than the stream-idle timeout")
+	errStreamBroken = errors.New("proxy: the engine's response broke off")
+	errStreamEnded  = errors.New("proxy: the engine's stream ended without [DONE] or a finish_reason")
+	errErrorEvent   = errors.New("proxy: the engine sent an error event")
+	errBadResponse  = errors.New("proxy: the engine's success is not JSON")
+	// errAnswerTooLarge: a reassembled answer outgrew maxWholeBody.
+	errAnswerTooLarge = errors.New("proxy: the reassembled answer is larger than the gateway holds")
 	errEngineRefused  = errors.New("proxy: the engine refused the request (4xx)")
 	errEngineFailed   = errors.New("proxy: the engine failed the request")
 	errClientGone     = errors.New("proxy: the client left")
@@ -107,7 +110,7 @@ var failures = [...]failure{
 	{admission.ErrQueueTimeout, http.StatusTooManyRequests, wire.TypeRateLimit, "queue_timeout", slo.Rejected,
 		"no slot became free within the queue-wait bound; retry after the Retry-After header", "", true},
 	{admission.ErrDeadline, http.StatusTooManyRequests, wire.TypeRateLimit, "deadline", slo.Rejected,
-		"the request would miss its time-to-first-token target if queued; retry after the Retry-After header", "", true},
+		"the request would miss its latency target if queued (time to first token; end to end for a request that is not streamed); retry after the Retry-After header", "", true},
 	{admission.ErrShed, http.StatusTooManyRequests, wire.TypeRateLimit, "shed", slo.Rejected,
 		"the queue was full and this request gave its place to one of higher priority or of a tenant under its share; retry after the Retry-After header", "", true},
 	{admission.ErrDraining, http.StatusServiceUnavailable, wire.TypeRateLimit, "draining", slo.Rejected,
@@ -129,6 +132,10 @@ var failures = [...]failure{
 		"the engine's stream ended early", "the engine's stream ended early", false},
 	{errErrorEvent, http.StatusBadGateway, wire.TypeServer, reasonErrorEvent, slo.EngineError, "", "", false}, // the engine's own event was relayed
 	{errBadResponse, http.StatusBadGateway, wire.TypeServer, reasonBadResponse, slo.EngineError, "", "", false},
+	// A request asking for more than the gateway reassembles: the client's
+	// to change (fewer tokens, or a stream), like a body too large, and not
+	// retried by the SDKs as a 5xx would be.
+	{errAnswerTooLarge, http.StatusBadRequest, wire.TypeInvalidRequest, reasonAnswerTooLarge, slo.InvalidRequest, "", "", false},
 	// The engine's status, rewritten to an OpenAI error when its body is not
 	// JSON (a *failed carries the status and the engine's Retry-After), or
 	// relayed as it is.

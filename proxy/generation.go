@@ -23,6 +23,7 @@ type exchange struct {
 	rec        slo.Record
 	failure    slo.Outcome // non-zero once the request failed
 	stripUsage bool        // the gateway added include_usage: drop the usage-only chunk
+	reassemble bool        // not streamed by the client, streamed from the engine and reassembled
 	forwarded  time.Time
 	err        error             // the failure and its cause, for the log
 	ticket     *admission.Ticket // nil without a limiter
@@ -40,7 +41,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 
 	// What the headers decide comes before the body is read: a request
 	// refused anyway does not upload it first.
-	areq, err := p.admissionOf(r, &x.rec)
+	areq, class, err := p.admissionOf(r, &x.rec)
 	if err != nil {
 		x.abort(err)
 		return
@@ -75,6 +76,15 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		}
 		x.stripUsage = true
 	}
+	if !req.Stream {
+		p.notStreamed(&areq, class)
+		if rt.Reassemble {
+			if body, err = p.asStream(x, body); err != nil {
+				x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))
+				return
+			}
+		}
+	}
 
 	if lim := p.cfg.Limiter; lim != nil {
 		ticket, err := lim.Acquire(r.Context(), areq)
@@ -90,7 +100,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 			x.rec.QueueWait = ticket.QueueWait()
 			x.rec.PrefillAhead, x.rec.PrefillSpan, x.rec.PrefillStep = ticket.PrefillAhead()
 		}
-		if !req.Stream {
+		if !req.Stream && !x.reassemble {
 			// Its first token cannot be seen: it must not hold back the
 			// next request's prefill (see admission.Limiter.SetPacing).
 			ticket.FirstToken()
@@ -134,6 +144,22 @@ func (p *Proxy) fits(x *exchange) bool {
 	x.abort(tell(errPromptTooLong, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has about %d input tokens. Please reduce the length of the input.",
 		limit, x.rec.PromptEstimate), nil))
 	return false
+}
+
+// asStream returns the body of a request that is not streamed rewritten
+// to be reassembled (x.reassemble), or the body as it was when a field
+// keeps it whole (its reason goes to the debug log).
+func (p *Proxy) asStream(x *exchange, body []byte) ([]byte, error) {
+	out, whole, err := wire.AsStream(body)
+	switch {
+	case err != nil:
+		return nil, err
+	case whole != "":
+		p.log.Debug("relayed whole", "route", x.rec.Route, "field", whole)
+		return body, nil
+	}
+	x.reassemble = true
+	return out, nil
 }
 
 // precheck refuses, before the body is read, a request that admission
@@ -212,15 +238,21 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		return
 	}
 	// A streamed request is bounded up to its first output chunk, one that
-	// is not streamed up to its response headers.
+	// is relayed whole up to its response headers, one that is reassembled
+	// up to both its first output chunk and the end of its answer.
+	streamed := x.rec.Streamed || x.reassemble
 	var timer *time.Timer
 	switch {
-	case x.rec.Streamed && p.cfg.FirstTokenTimeout > 0:
+	case streamed && p.cfg.FirstTokenTimeout > 0:
 		timer = time.AfterFunc(p.cfg.FirstTokenTimeout, func() { cancel(errFirstTokenTimeout) })
 		defer timer.Stop()
-	case !x.rec.Streamed && p.cfg.ResponseTimeout > 0:
+	case !streamed && p.cfg.ResponseTimeout > 0:
 		timer = time.AfterFunc(p.cfg.ResponseTimeout, func() { cancel(errResponseTimeout) })
 		defer timer.Stop()
+	}
+	if x.reassemble && p.cfg.ResponseTimeout > 0 {
+		whole := time.AfterFunc(p.cfg.ResponseTimeout, func() { cancel(errResponseTimeout) })
+		defer whole.Stop()
 	}
 	p.running.Add(1)
 	defer p.running.Add(-1)
@@ -232,14 +264,18 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 	}
 	// A stream waits for its first token under the first-token timeout
 	// alone: the idle bound starts at it.
-	resp.Body, x.idle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, !(x.rec.Streamed && timer != nil), cancel)
+	resp.Body, x.idle = watchIdle(resp.Body, p.cfg.StreamIdleTimeout, !(streamed && timer != nil), cancel)
 	defer x.idle.stop()
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusOK && isEventStream(resp.Header) {
+		if x.reassemble {
+			p.relayAssembled(ctx, x, resp, timer)
+			return
+		}
 		p.relayStream(ctx, x, resp, timer)
 		return
 	}
-	if timer != nil && x.rec.Streamed {
+	if timer != nil && streamed {
 		timer.Stop() // an answer that is not a stream: no first chunk to wait for
 		x.idle.arm()
 	}

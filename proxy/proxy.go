@@ -60,13 +60,15 @@ type Config struct {
 	MaxQueueWait time.Duration
 	// FirstTokenTimeout bounds the time from forwarding a streamed request
 	// to its first output chunk: 504 before the response headers, an SSE
-	// error event after them. Zero means no bound. Non-streamed requests
-	// have no observable first token and are not bounded by it.
+	// error event after them; and a reassembled one's (504). Zero means no
+	// bound. A request relayed whole has no observable first token and is
+	// not bounded by it.
 	FirstTokenTimeout time.Duration
 	// ResponseTimeout bounds the time from forwarding a request that is
-	// not streamed to its response headers (engines answer such a request
-	// when the whole generation is done): 504 beyond it. Zero means no
-	// bound.
+	// not streamed to its answer: to the response headers when it is
+	// relayed whole (engines answer such a request when the whole
+	// generation is done), to the end of the engine's stream when it is
+	// reassembled; 504 beyond it. Zero means no bound.
 	ResponseTimeout time.Duration
 	// StreamIdleTimeout bounds the silence of the engine's response body
 	// once its headers arrived, streamed or not: no byte for that long and
@@ -243,7 +245,7 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 		p.servePassthrough(w, r)
 		return
 	}
-	areq, err := p.admissionOf(r, &slo.Record{Arrival: time.Now()})
+	areq, _, err := p.admissionOf(r, &slo.Record{Arrival: time.Now()})
 	if err != nil {
 		answer(w, err)
 		return

@@ -196,19 +196,37 @@ func TestBytesUnchanged(t *testing.T) {
 	}
 }
 
+// TestNonStreamed: a request that is not streamed is sent to the engine
+// as a stream with usage, measured, and answered whole; one with a field
+// that keeps it whole is relayed as it was, unmeasured.
 func TestNonStreamed(t *testing.T) {
 	eng := &proxytest.Engine{Chunks: 4, TokensPerChunk: 5}
 	s := newSetup(t, eng, Config{Targets: slo.Targets{TTFT: time.Minute, TPOT: time.Second}})
 	resp := post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`)
 	body := readAll(t, resp)
+	if resp.StatusCode != 200 || !strings.Contains(body, `"completion_tokens":20`) || !strings.Contains(body, `"object":"chat.completion"`) ||
+		resp.Header.Get("Content-Type") != "application/json" || resp.Header.Get("Cache-Control") != "" {
+		t.Fatalf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
+	}
+	if fwd := string(*eng.LastBody.Load()); fwd != `{"messages":[],"model":"m","stream":true,"stream_options":{"include_usage":true}}` {
+		t.Fatalf("forwarded %s", fwd)
+	}
+	r := s.rec.last(t)
+	if r.Streamed || !r.Reassembled || r.OutputTokens != 20 || r.OutputChunks != 4 || r.TTFT <= 0 || r.Outcome != slo.Good || r.E2E < r.TTFT {
+		t.Fatalf("record %+v", r)
+	}
+
+	whole := `{"model":"m","messages":[],"prompt_logprobs":1}`
+	resp = post(t, s.gateway.URL, "/v1/chat/completions", whole)
+	body = readAll(t, resp)
 	if resp.StatusCode != 200 || !strings.Contains(body, `"completion_tokens":20`) {
 		t.Fatalf("status %d body %s", resp.StatusCode, body)
 	}
-	if fwd := string(*eng.LastBody.Load()); fwd != `{"model":"m","messages":[]}` {
-		t.Fatalf("non-streamed body rewritten: %s", fwd)
+	if fwd := string(*eng.LastBody.Load()); fwd != whole {
+		t.Fatalf("relayed whole, but forwarded %s", fwd)
 	}
-	r := s.rec.last(t)
-	if r.Streamed || r.OutputTokens != 20 || r.TTFT != 0 || r.Outcome != slo.Good || r.E2E <= 0 {
+	r = s.rec.last(t)
+	if r.Streamed || r.Reassembled || r.OutputTokens != 20 || r.TTFT != 0 || r.Outcome != slo.Good || r.E2E <= 0 {
 		t.Fatalf("record %+v", r)
 	}
 }
@@ -506,8 +524,8 @@ func TestQueueThroughProxy(t *testing.T) {
 
 // Under pacing (admission.Limiter.SetPacing) the proxy tells the limiter
 // when a stream's first output chunk arrives: the next request waits in
-// the queue until then, though a slot is free. A request that is not
-// streamed holds nobody back (its first token cannot be seen).
+// the queue until then, though a slot is free. A request relayed whole
+// holds nobody back (its first token cannot be seen).
 func TestPacingEndsAtTheFirstChunk(t *testing.T) {
 	const first, gap = 300 * time.Millisecond, 3 * time.Second
 	eng := &proxytest.Engine{Chunks: 2, FirstDelay: first, Gap: gap}
@@ -515,11 +533,11 @@ func TestPacingEndsAtTheFirstChunk(t *testing.T) {
 	lim.SetPacing(1, time.Hour)
 	s := newSetup(t, eng, Config{Limiter: lim})
 
-	// Non-streamed: the next stream is not held back by it.
+	// Relayed whole: the next stream is not held back by it.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`))
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", `{"model":"m","messages":[],"prompt_logprobs":1}`))
 	}()
 	for lim.Running() == 0 {
 		time.Sleep(time.Millisecond)

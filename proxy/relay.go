@@ -43,19 +43,18 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	clientGone := writeErr != nil
 
 	var (
-		first, last time.Time
-		usage       wire.Usage
-		haveUsage   bool
-		done        bool // saw [DONE] or a finish_reason
-		errEvent    bool
-		readErr     error
+		m         outputMeter
+		usage     wire.Usage
+		haveUsage bool
+		done      bool // saw [DONE] or a finish_reason
+		errEvent  bool
+		readErr   error
 		// Observations wait here until their chunks are flushed to the
 		// client, so that no observer can delay a client; they keep the
 		// time each chunk arrived. The queue starts small and grows (up to
 		// maxPendingObs) only for streams whose events arrive together.
 		firstObs     FirstChunk
 		haveFirstObs bool
-		runningSum   int // over output chunks, for rec.MeanRunning
 		chunkObs     = make([]Chunk, 0, 4)
 		// The limiter hears of the first token once it has been flushed
 		// too: its lock is every request's (Acquire, Release), and a
@@ -94,27 +93,13 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				// client did not.
 				forward = !(info.UsageOnly && x.stripUsage)
 				if info.HasOutput {
-					rec.OutputChunks++
-					x.ticket.Generated(1) // resident in the engine's KV cache: the step budget
-					running := int(p.running.Load())
-					runningSum += running
-					if first.IsZero() {
-						first, tellFirst = now, true
-						if timer != nil {
-							timer.Stop()
-						}
-						x.idle.arm()
-						rec.TTFT, rec.EngineTTFT = now.Sub(rec.Arrival), now.Sub(x.forwarded)
-						firstObs, haveFirstObs = FirstChunk{At: now, TTFT: rec.TTFT, EngineTTFT: rec.EngineTTFT,
-							QueueWait: rec.QueueWait, Running: running, Targets: rec.Targets}, rec.Choices == 0
-					} else {
-						gap := now.Sub(last)
-						rec.MaxITL = max(rec.MaxITL, gap)
-						if rec.Choices == 0 { // several choices interleave: their gaps are no one's
-							chunkObs = append(chunkObs, Chunk{At: now, Gap: gap, Running: running, Targets: rec.Targets})
-						}
+					switch fc, c, first, report := p.output(x, &m, now, timer); {
+					case first:
+						tellFirst = true
+						firstObs, haveFirstObs = fc, report
+					case report:
+						chunkObs = append(chunkObs, c)
 					}
-					last = now
 				}
 			}
 		}
@@ -152,17 +137,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	}
 	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()
-	if rec.OutputChunks > 0 {
-		rec.MeanRunning = float64(runningSum) / float64(rec.OutputChunks)
-	}
-
-	if haveUsage {
-		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, perChoice(usage.CompletionTokens, rec.Choices)
-	} else {
-		rec.OutputTokens, rec.Estimated = rec.OutputChunks, true
-	}
-	if !last.IsZero() {
-		rec.E2E = last.Sub(rec.Arrival)
+	m.settle(x, usage, haveUsage)
+	if !m.last.IsZero() {
+		rec.E2E = m.last.Sub(rec.Arrival)
 	} else {
 		rec.E2E = end.Sub(rec.Arrival)
 	}

@@ -23,6 +23,18 @@ func (c *countObserver) Done(slo.Record)       {}
 // injection, one wire.Inspect per event, flush per event, observers. Divide
 // allocs/op by 259 events for the per-event cost.
 func BenchmarkRelayStream(b *testing.B) {
+	benchmarkRelay(b, `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+}
+
+// BenchmarkRelayReassembled is BenchmarkRelayStream for a request that is
+// not streamed: the same 259 events from the engine, each inspected,
+// observed and merged into the answer (wire.Assembler), then one JSON body
+// to the client. Divide by 259 events (256 tokens) as above.
+func BenchmarkRelayReassembled(b *testing.B) {
+	benchmarkRelay(b, `{"model":"m","messages":[{"role":"user","content":"hi"}]}`)
+}
+
+func benchmarkRelay(b *testing.B, request string) {
 	const chunks = 256
 	var sb strings.Builder
 	sb.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n")
@@ -43,7 +55,7 @@ func BenchmarkRelayStream(b *testing.B) {
 		b.Fatal(err)
 	}
 	h := p // routes POST /v1/chat/completions to the generation handler
-	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+	body := []byte(request)
 	b.SetBytes(int64(sb.Len()))
 	b.ReportAllocs()
 	for b.Loop() {

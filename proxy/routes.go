@@ -30,14 +30,22 @@ const (
 )
 
 // Route is the gateway's policy for one path: what it does with it, on
-// which methods, and for a generation route the label of its records and
-// the shape of its body and stream.
+// which methods, and for a generation route the label of its records, the
+// shape of its body and stream, and whether a request that is not
+// streamed is reassembled.
 type Route struct {
 	Path    string
 	Access  Access
 	Methods []string // allowed methods; others get 405
 	Name    string   // the "route" label of records and metrics (generation only)
 	Shape   wire.Shape
+	// Reassemble: a request that is not streamed is sent to the engine as
+	// a stream with usage, measured like one, and answered with the body
+	// the engine would have sent whole (wire.AsStream, wire.Assembler),
+	// unless one of its fields keeps it whole (wire.WholeOnly). Routes
+	// without it relay such a request whole and learn its cost from its
+	// end-to-end time and usage. See docs/gateway.md.
+	Reassemble bool
 }
 
 // Routes is the routing policy: every generation route of vLLM, SGLang and
@@ -48,10 +56,12 @@ type Route struct {
 var Routes = []Route{
 	// OpenAI-compatible generation (all three engines; llama.cpp also
 	// without /v1).
-	{Path: "/v1/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI},
-	{Path: "/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI},
-	{Path: "/v1/completions", Access: Generation, Methods: methodsPost, Name: "completions", Shape: wire.ShapeOpenAI},
+	{Path: "/v1/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI, Reassemble: true},
+	{Path: "/chat/completions", Access: Generation, Methods: methodsPost, Name: "chat", Shape: wire.ShapeOpenAI, Reassemble: true},
+	{Path: "/v1/completions", Access: Generation, Methods: methodsPost, Name: "completions", Shape: wire.ShapeOpenAI, Reassemble: true},
 	{Path: "/completions", Access: Generation, Methods: methodsPost, Name: "completion", Shape: wire.ShapeLlamaCpp}, // llama.cpp: its native shape
+	// The routes below relay a request that is not streamed whole (see
+	// Route.Reassemble and docs/gateway.md for why, route by route).
 	// vLLM's Responses API: typed stream events.
 	{Path: "/v1/responses", Access: Generation, Methods: methodsPost, Name: "responses", Shape: wire.ShapeResponses},
 	// llama.cpp's native completion and infill.

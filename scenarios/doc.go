@@ -1,6 +1,6 @@
 // Package scenarios is the acceptance suite of adaptive admission: the full
 // path (benchmark client -> gateway -> simulated engine) run in virtual
-// time, in thirteen situations, in every way a user could front the engine.
+// time, in fifteen situations, in every way a user could front the engine.
 //
 // # Overview
 //
@@ -11,7 +11,11 @@
 //     the engine's edge, set from sim.Profile.Solo; open loop at 1.5x the
 //     knee, whose clients never retry; an engine whose prefix cache slows it
 //     over the run; heavy-tailed lengths; a cold start), which sweep the
-//     static caps only up to MaxSweptCap; and the [Timing] of a run.
+//     static caps only up to MaxSweptCap; 19-20 of issue 21 (32 users
+//     that never stream, judged by E2E 13 s; half of them streaming,
+//     judged by TTFT and TPOT, half not, by E2E), measured over 6 minutes
+//     with no peers and their goodput split into "stream" and "whole";
+//     and the [Timing] of a run.
 //   - run.go, frontend.go, net.go: one [Run]: a sim.Sim, a gateway built by
 //     gateway.New exactly as `kneecap serve` builds it, and bench.Run, all
 //     over net.Pipe connections (pipeListener). Modes: the engine alone;
@@ -60,7 +64,9 @@
 // chunk carrying output; TPOT = (E2E - TTFT)/(output_tokens - 1); goodput =
 // completed requests that met TTFT <= 1s and TPOT <= 100ms (or their own
 // x-slo-tpot-ms) at once, per second of the measured window (scenario 9
-// sets its own TTFT target). Rejected and failed requests are never good.
+// sets its own TTFT target); a request that is not streamed (19, 20), whose
+// client feels only the end, met E2E <= 13 s. Rejected and failed requests
+// are never good.
 // The oracle is the best static cap; the convergence time is when the cap
 // last entered, for good, the band of max(1, 10 %) around its final value,
 // except for the cold start (13): there it is the start of the first 30 s

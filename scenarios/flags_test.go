@@ -39,7 +39,7 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 		return opt, false, fmt.Errorf("-scenarios: %v", err)
 	}
 	for _, id := range opt.Scenarios {
-		if !slices.Contains(scenarioIDs(), id) && !slices.Contains(mixIDs(), id) {
+		if _, ok := ByID(id); !ok && !slices.Contains(mixIDs(), id) {
 			return opt, false, fmt.Errorf("-scenarios: no scenario %d (there are %v and %v)", id, scenarioIDs(), mixIDs())
 		}
 	}

@@ -37,6 +37,9 @@ type frontend struct {
 func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog.Logger) (*frontend, error) {
 	tg := r.Scenario.Targets()
 	environ := append([]string{"KNEECAP_UPSTREAM=http://" + engine.host, "KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String()}, r.Env...)
+	if tg.E2E > 0 {
+		environ = append(environ, "KNEECAP_SLO_E2E="+tg.E2E.String())
+	}
 	switch r.Mode.Kind {
 	case "static":
 		// A count cap as today: the budget in requests only (the token

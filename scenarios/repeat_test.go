@@ -10,11 +10,12 @@ import (
 // A run is exactly repeatable: the same seed gives the same requests, the
 // same outcomes and the same trajectory of the cap, whatever order Go runs
 // goroutines in (see eventSpacing). Checked on the adaptive gateway, where
-// every decision feeds back into the next, and on the open-loop bursts.
+// every decision feeds back into the next, on the open-loop bursts, and on
+// users half of whom do not stream (reassembled answers).
 func TestRunsRepeat(t *testing.T) {
 	timing := Timing{Warmup: 20 * time.Second, Window: 60 * time.Second}
-	for _, id := range []int{4, 7} {
-		sc := All()[id-1]
+	for _, id := range []int{4, 7, 20} {
+		sc, _ := ByID(id)
 		run := Run{Scenario: sc, Mode: Mode{Kind: "adaptive"}, Timing: timing, KneeCapacity: 0.5, Seed: 3}
 		var res [3]RunResult
 		for i := range res {

@@ -27,15 +27,21 @@ type Row struct {
 	// Beyond the issue's fields: the ratio, the halves of a scenario with a
 	// change (adaptive and oracle per half, and re-convergence), the light
 	// load checks, and the threshold checks with their verdicts.
-	AdaptiveOverOracle  float64    `json:"adaptive_over_oracle"`
-	AdaptiveHalves      [2]float64 `json:"adaptive_halves,omitempty"`
-	OracleHalves        [2]float64 `json:"oracle_halves,omitempty"`
-	OracleHalfCaps      [2]int     `json:"oracle_half_caps,omitempty"`
-	ReconvergeSeconds   float64    `json:"reconverge_seconds,omitempty"`
-	AdaptiveRejected    int        `json:"adaptive_rejected"`
-	AdaptiveMedianTTFTm float64    `json:"adaptive_median_ttft_ms"`
-	EngineMedianTTFTms  float64    `json:"engine_median_ttft_ms"`
-	Checks              []Check    `json:"checks"`
+	AdaptiveOverOracle float64    `json:"adaptive_over_oracle"`
+	AdaptiveHalves     [2]float64 `json:"adaptive_halves,omitempty"`
+	OracleHalves       [2]float64 `json:"oracle_halves,omitempty"`
+	OracleHalfCaps     [2]int     `json:"oracle_half_caps,omitempty"`
+	ReconvergeSeconds  float64    `json:"reconverge_seconds,omitempty"`
+	// AdaptiveClasses and OracleClasses split the goodput of a scenario
+	// with users that do not stream (19, 20) into "stream" and "whole".
+	AdaptiveClasses map[string]float64 `json:"adaptive_classes,omitempty"`
+	OracleClasses   map[string]float64 `json:"oracle_classes,omitempty"`
+	// WindowSeconds is the measured window of the scenario's runs.
+	WindowSeconds       float64 `json:"window_seconds"`
+	AdaptiveRejected    int     `json:"adaptive_rejected"`
+	AdaptiveMedianTTFTm float64 `json:"adaptive_median_ttft_ms"`
+	EngineMedianTTFTms  float64 `json:"engine_median_ttft_ms"`
+	Checks              []Check `json:"checks"`
 }
 
 // Check is one threshold of the issue and whether it held.
@@ -65,6 +71,10 @@ func (s *Suite) row(sc Scenario) Row {
 	if tg := sc.Targets(); tg.TTFT != TTFTTarget || tg.TPOT != TPOTTarget {
 		row.Scenario += fmt.Sprintf(" (TTFT %v, TPOT %v)", tg.TTFT.Round(time.Millisecond), tg.TPOT)
 	}
+	if sc.NoStreamShare > 0 {
+		row.Scenario += fmt.Sprintf(" (%.0f%% not streamed, judged by E2E %v)", 100*sc.NoStreamShare, sc.E2E)
+	}
+	row.WindowSeconds = s.timing(sc).Window.Seconds()
 	eng, _ := s.find(id, "engine")
 	ad, _ := s.find(id, "adaptive")
 	row.EngineAloneGoodput = eng.Goodput
@@ -127,7 +137,7 @@ func (s *Suite) row(sc Scenario) Row {
 		c := coldConverge(ad.GoodAt, 0.9*row.OracleGoodput, end)
 		row.ConvergeSeconds = c.Seconds()
 		add(c >= 0 && c <= 20*time.Second, "fresh gateway's goodput over %v reaches 0.9 x oracle within 20s (%.0fs)", ColdWindow, c.Seconds())
-	case 1, 2, 6, 7, 8:
+	case 1, 2, 6, 7, 8, 19, 20:
 		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.95, "adaptive >= 0.95 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
 	case 3:
 		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.9, "adaptive >= 0.9 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
@@ -141,6 +151,10 @@ func (s *Suite) row(sc Scenario) Row {
 			add(r >= 0.9, "half %d: adaptive >= 0.9 x oracle of the half (%.3f)", h+1, r)
 		}
 		add(ad.Reconverge <= time.Minute, "re-converged within 60s of the change (%.0fs)", ad.Reconverge.Seconds())
+	}
+	if sc.NoStreamShare > 0 {
+		or, _ := s.static(id, row.OracleCap)
+		row.AdaptiveClasses, row.OracleClasses = classGoodput(ad), classGoodput(or)
 	}
 	if id == 1 {
 		add(ad.Goodput >= row.Pow2Goodput, "adaptive >= best power-of-two cap %d (%.4f vs %.4f)", row.Pow2Cap, ad.Goodput, row.Pow2Goodput)
@@ -169,6 +183,15 @@ func (s *Suite) row(sc Scenario) Row {
 	return row
 }
 
+// classGoodput is a run's goodput per class of requests.
+func classGoodput(r RunResult) map[string]float64 {
+	out := map[string]float64{}
+	for name, c := range r.Classes {
+		out[name] = c.Goodput
+	}
+	return out
+}
+
 // WriteTable prints the table with the definitions it rests on.
 func WriteTable(w io.Writer, s *Suite) error {
 	rows := s.Rows()
@@ -192,6 +215,12 @@ func WriteTable(w io.Writer, s *Suite) error {
 	}
 	fmt.Fprintf(w, "\ngoodput: completed requests/s that met TTFT <= %v (arrival to first output chunk, as the client felt it) and TPOT <= %v ((E2E - TTFT)/(output_tokens - 1)) at once, over a %v window after %v of warm-up, simulated time; rejected and failed requests are never good. Knee capacity (scenario 1 oracle): %.3f req/s. Caps swept: %s. Wall time %v.\n\n",
 		TTFTTarget, TPOTTarget, s.Options.Timing.Window, s.Options.Timing.Warmup, s.KneeCapacity, capsString(s.Options.Caps), s.Wall.Round(time.Second))
+	for _, r := range rows {
+		if len(r.AdaptiveClasses) > 0 {
+			fmt.Fprintf(w, "%s: goodput of streamed requests (TTFT and TPOT) and of requests not streamed (E2E): adaptive %.3f and %.3f, oracle (cap %d) %.3f and %.3f, over a %v window\n",
+				r.Scenario, r.AdaptiveClasses["stream"], r.AdaptiveClasses["whole"], r.OracleCap, r.OracleClasses["stream"], r.OracleClasses["whole"], time.Duration(r.WindowSeconds*float64(time.Second)))
+		}
+	}
 	for _, r := range rows {
 		for _, c := range r.Checks {
 			v := "ok  "

@@ -78,17 +78,33 @@ type Scenario struct {
 	FloodUsers        int
 	FloodAt, FloodFor time.Duration
 	FloodWorkload     sim.Workload
-	// Timing, when set, is the scenario's own (an event that needs a
-	// window of its own); zero means the suite's.
-	Timing Timing
 	// Flavor is the engine whose stream shapes and metrics the simulator
 	// serves ("" is vLLM's).
 	Flavor sim.Flavor
+	// NoStreamShare of the users send every request with "stream": false
+	// (issue 21): user u does when (u+1) x share and u x share have
+	// different whole parts, so 0.5 is every other user. Their requests
+	// are judged by E2E alone, against E2E; a scenario with such users
+	// reports its results split into the classes "stream" and "whole".
+	NoStreamShare float64
+	// E2E is the E2E target of the requests that are not streamed: the
+	// gateway's (KNEECAP_SLO_E2E) when no user streams (scenario 19, as
+	// the issue set it), else sent as x-slo-e2e-ms with those requests
+	// only, so that the streams keep TTFT and TPOT alone (scenario 20).
+	E2E time.Duration
+	// Window, when set, is the measured window of the scenario's runs in
+	// place of DefaultTiming's (when the suite runs with it).
+	Window time.Duration
+	// NoPeers runs no peer algorithm on the scenario.
+	NoPeers bool
 }
 
 // Targets returns the scenario's targets for requests without a header.
 func (s Scenario) Targets() bench.Targets {
 	t := bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget}
+	if s.NoStreamShare >= 1 {
+		t.E2E = s.E2E
+	}
 	if s.TTFT > 0 {
 		t.TTFT = s.TTFT
 	}
@@ -177,7 +193,21 @@ var UnifiedSlots = func() sim.Profile {
 	return p
 }()
 
-// All returns the scenarios: the eight of issue 5 and 9-13 of issue 14.
+// NotStreamedWorkload is scenarios 19 and 20's (issue 21): 1000-word
+// prompts and 120 output tokens, as an agent's or an evaluation harness's
+// calls, drawn within +-50 % (as EdgeWorkload: with every length fixed the
+// simulator runs in lockstep, every request admitted together ending
+// together, and slots free in bursts no real engine has), and E2ETarget
+// their E2E target: a little above the E2E of a 120-token stream that
+// meets TTFT 1 s and TPOT 100 ms (12.9 s).
+var (
+	NotStreamedWorkload = EdgeWorkload
+	E2ETarget           = 13 * time.Second
+)
+
+// All returns the scenarios: the eight of issue 5, 9-13 of issue 14,
+// 16-18 of issue 20 and 19-20 of issue 21 (14 and 15 are the mixes,
+// mix.go).
 func All() []Scenario {
 	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
 	s := func(id int, name string, f func(*Scenario)) Scenario {
@@ -249,7 +279,7 @@ func All() []Scenario {
 			sc.Users = 64
 			sc.Workload = ChatWorkload
 			sc.FloodUsers, sc.FloodWorkload = 16, FloodWorkload
-			sc.Timing = Timing{Warmup: time.Minute, Window: 5 * time.Minute}
+			sc.Window = 5 * time.Minute
 			sc.FloodAt, sc.FloodFor = 2*time.Minute, 2*time.Minute
 			sc.SweptCaps = []int{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64}
 		}),
@@ -259,7 +289,37 @@ func All() []Scenario {
 			sc.Workload.PromptTokens /= 2
 			sc.MaxSweptCap = 16
 		}),
+		// 19 and 20 measure 6 minutes (about 700 good completions at the
+		// knee) and run no peers, to keep the suite within CI's time.
+		s(19, "not-streamed", func(sc *Scenario) {
+			sc.Users = 32
+			sc.Workload, sc.E2E = NotStreamedWorkload, E2ETarget
+			sc.NoStreamShare = 1
+			sc.MaxSweptCap, sc.Window, sc.NoPeers = 20, 6*time.Minute, true
+		}),
+		s(20, "half-streamed", func(sc *Scenario) {
+			sc.Users = 32
+			sc.Workload, sc.E2E = NotStreamedWorkload, E2ETarget
+			sc.NoStreamShare = 0.5
+			sc.MaxSweptCap, sc.Window, sc.NoPeers = 20, 6*time.Minute, true
+		}),
 	}
+}
+
+// ByID returns the scenario with the given ID.
+func ByID(id int) (Scenario, bool) {
+	for _, sc := range All() {
+		if sc.ID == id {
+			return sc, true
+		}
+	}
+	return Scenario{}, false
+}
+
+// noStream reports whether user u of the scenario sends its requests with
+// "stream": false (see NoStreamShare).
+func (s Scenario) noStream(u int) bool {
+	return u >= 0 && math.Floor(float64(u+1)*s.NoStreamShare) != math.Floor(float64(u)*s.NoStreamShare)
 }
 
 // workload builds the bench workload: fixed lengths, the prompt doubling
@@ -280,6 +340,17 @@ func (s Scenario) workload(t Timing) bench.Workload {
 		}
 		n, out := w.Lengths(sl.Rand)
 		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: class}
+		if s.NoStreamShare > 0 {
+			req.Class = "stream"
+			if s.noStream(sl.User) {
+				req.NoStream, req.Class = true, "whole"
+				if s.NoStreamShare < 1 && s.E2E > 0 {
+					req.Header = http.Header{"X-Slo-E2e-Ms": {strconv.Itoa(int(s.E2E / time.Millisecond))}}
+					req.Targets = s.Targets()
+					req.Targets.E2E = s.E2E
+				}
+			}
+		}
 		if s.TightShare > 0 && sl.Rand.Float64() < s.TightShare {
 			req.Header = http.Header{"X-Slo-Tpot-Ms": {strconv.Itoa(int(s.TightTPOT / time.Millisecond))}}
 			req.Targets = bench.Targets{TTFT: s.Targets().TTFT, TPOT: s.TightTPOT}
@@ -302,10 +373,11 @@ func (s Scenario) floodRequest(sl bench.Slot) bench.Request {
 	return bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "flood"}
 }
 
-// timing is the scenario's own timing if it has one, else t.
+// timing is the timing of the scenario's runs under t: its own Window in
+// place of DefaultTiming's when it has one.
 func (s Scenario) timing(t Timing) Timing {
-	if s.Timing != (Timing{}) {
-		return s.Timing
+	if s.Window > 0 && t == DefaultTiming {
+		t.Window = s.Window
 	}
 	return t
 }

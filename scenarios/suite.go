@@ -143,13 +143,17 @@ func (s *Suite) modes(sc Scenario) []Mode {
 			m = append(m, Mode{Kind: "static", Cap: c})
 		}
 	}
-	if !s.Options.NoPeers {
+	if !s.Options.NoPeers && !sc.NoPeers {
 		for _, p := range Peers {
 			m = append(m, Mode{Kind: "peer", Peer: p})
 		}
 	}
 	return m
 }
+
+// timing is the timing of a scenario's runs: the suite's, with the
+// scenario's own window when the suite runs with DefaultTiming.
+func (s *Suite) timing(sc Scenario) Timing { return sc.timing(s.Options.Timing) }
 
 // runOne runs one run as a parallel subtest, in its own bubble, and says
 // whether it ran: a failed run is reported on t, and the runs of a stopped
@@ -176,7 +180,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
 			for _, m := range modes(sc) {
-				run := Run{Scenario: sc, Mode: m, Timing: sc.timing(s.Options.Timing), KneeCapacity: knee, Seed: s.Options.Seed}
+				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					res, ok := s.runOne(t, run)
 					if !ok {
@@ -215,6 +219,16 @@ func (s *Suite) best(id, half int, pow2 bool) (int, float64) {
 }
 
 func (s *Suite) oracle(id, half int) (int, float64) { return s.best(id, half, false) }
+
+// static returns the run of a scenario with static cap c.
+func (s *Suite) static(id, c int) (RunResult, bool) {
+	for _, r := range s.Runs[id] {
+		if r.Mode == "static" && r.Cap == c {
+			return r, true
+		}
+	}
+	return RunResult{}, false
+}
 
 // find returns the run of a scenario in one mode ("engine", "adaptive", a
 // peer's name).

@@ -22,10 +22,13 @@
 //   - sim.go: [Sim], [Config] and [Faults]: the scheduler loop [Sim.Run]
 //     that sleeps each step's modelled duration, the run-time step
 //     factor [Sim.SetStepFactor] and [Sim.FlushCache].
-//   - handler.go, request.go, flavor.go: the HTTP routes ([Sim.Handler]),
-//     request parsing and the prompt-token rule (one token per
-//     whitespace-separated word; token-ID arrays count their length), and
-//     the chunk shapes of each [Flavor], encoded by appending bytes.
+//   - handler.go, request.go, flavor.go, flavor_extra.go: the HTTP routes
+//     ([Sim.Handler]), request parsing and the prompt-token rule (one token
+//     per whitespace-separated word; token-ID arrays count their length),
+//     and the chunk shapes and the non-streamed answer of each [Flavor]
+//     (the answer is what the stream adds up to, in its engine's form),
+//     encoded by appending bytes; the vllm flavour also answers logprobs
+//     and a tool call (tool_choice "required" or named) when asked.
 //   - metrics.go: the flavour's Prometheus series (vllm:*, sglang:* or
 //     llamacpp:*), KV usage counted as each engine counts it.
 //

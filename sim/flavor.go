@@ -66,6 +66,14 @@ type chunker struct {
 	created int64
 	model   []byte // JSON-encoded
 	prompt  int
+	// lp is the number of top logprobs per token the request asked for
+	// (vllm flavour), -1 for no logprobs; tool is the function a chat
+	// answer calls instead of writing text (vllm flavour), "" for none;
+	// total is the answer's output tokens (where a tool call's arguments
+	// end).
+	lp    int
+	tool  string
+	total int
 }
 
 // head appends the fields before "choices" for the vllm and sglang flavours.
@@ -151,23 +159,51 @@ func (c *chunker) tokens(dst []byte, from, to int, reason string) []byte {
 		dst = append(dst, '}')
 	default:
 		dst = c.head(dst)
-		if c.chat {
+		switch {
+		case c.chat && c.tool != "":
+			dst = append(dst, `,"choices":[{"index":0,"delta":{"tool_calls":[{`...)
+			if from == 0 {
+				dst = append(dst, `"id":"`...)
+				dst = c.appendToolID(dst)
+				dst = append(dst, `","type":"function","index":0,"function":{"name":"`...)
+				dst = append(dst, c.tool...)
+				dst = append(dst, `","arguments":"`...)
+			} else {
+				dst = append(dst, `"index":0,"function":{"arguments":"`...)
+			}
+			dst = c.appendArgs(dst, from, to)
+			dst = append(dst, `"}}]},"logprobs":`...)
+		case c.chat:
 			dst = append(dst, `,"choices":[{"index":0,"delta":{"content":"`...)
 			dst = appendTokens(dst, from, to)
-			dst = append(dst, `"},"logprobs":null,"finish_reason":`...)
-		} else {
+			dst = append(dst, `"},"logprobs":`...)
+		default:
 			dst = append(dst, `,"choices":[{"index":0,"text":"`...)
 			dst = appendTokens(dst, from, to)
-			dst = append(dst, `","logprobs":null,"finish_reason":`...)
+			dst = append(dst, `","logprobs":`...)
 		}
-		dst = appendFinish(dst, reason)
-		if c.fl.name == FlavorSGLang {
+		dst = c.appendLogprobs(dst, from, to)
+		dst = append(dst, `,"finish_reason":`...)
+		dst = appendFinish(dst, c.finish(reason))
+		switch {
+		case c.fl.name == FlavorSGLang:
 			dst = append(dst, `,"matched_stop":null}],"usage":null}`...)
-		} else {
+		case c.chat && reason == "":
+			dst = append(dst, `}]}`...) // vLLM: stop_reason only with the finish
+		default:
 			dst = append(dst, `,"stop_reason":null}]}`...)
 		}
 	}
 	return append(dst, "\n\n"...)
+}
+
+// finish is the finish_reason of an answer that ended for reason: a tool
+// call's ends with "tool_calls", as vLLM's parser reports it.
+func (c *chunker) finish(reason string) string {
+	if reason != "" && c.tool != "" {
+		return "tool_calls"
+	}
+	return reason
 }
 
 // end appends what follows the last token: the separate finish chunk (with
@@ -211,8 +247,94 @@ func (c *chunker) end(dst []byte, reason string, completion int, includeUsage bo
 	return append(dst, "data: [DONE]\n\n"...)
 }
 
-// whole appends the body of a non-streamed response.
+// whole appends the body of a non-streamed response, in the flavour's
+// form: vLLM's model_dump of its response (every field, nulls included),
+// SGLang's, or llama.cpp's to_json_oaicompat; the same values its stream
+// adds up to.
 func (c *chunker) whole(dst []byte, reason string, completion int) []byte {
+	reason = c.finish(reason)
+	switch c.fl.name {
+	case FlavorLlamaCpp:
+		if c.chat {
+			dst = append(dst, `{"choices":[{"finish_reason":`...)
+			dst = appendFinish(dst, reason)
+			dst = append(dst, `,"index":0,"message":{"role":"assistant","content":"`...)
+			dst = appendTokens(dst, 0, completion)
+			dst = append(dst, `"}}]`...)
+		} else {
+			dst = append(dst, `{"choices":[{"text":"`...)
+			dst = appendTokens(dst, 0, completion)
+			dst = append(dst, `","index":0,"logprobs":null,"finish_reason":`...)
+			dst = appendFinish(dst, reason)
+			dst = append(dst, `}]`...)
+		}
+		dst = append(dst, `,"created":`...)
+		dst = strconv.AppendInt(dst, c.created, 10)
+		dst = append(dst, `,"model":`...)
+		dst = append(dst, c.model...)
+		if c.chat {
+			dst = append(dst, `,"system_fingerprint":"kneecap-sim","object":"chat.completion",`...)
+		} else {
+			dst = append(dst, `,"system_fingerprint":"kneecap-sim","object":"text_completion",`...)
+		}
+		dst = appendUsage(dst, c.prompt, completion)
+		dst = append(dst, `,"id":"`...)
+		dst = append(dst, c.id...)
+		return append(dst, "\"}\n"...)
+	case FlavorSGLang:
+		dst = c.wholeHead(dst)
+		if c.chat {
+			dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":"`...)
+			dst = appendTokens(dst, 0, completion)
+			dst = append(dst, `","reasoning_content":null,"tool_calls":null},"logprobs":null,"finish_reason":`...)
+		} else {
+			dst = append(dst, `,"choices":[{"index":0,"text":"`...)
+			dst = appendTokens(dst, 0, completion)
+			dst = append(dst, `","logprobs":null,"finish_reason":`...)
+		}
+		dst = appendFinish(dst, reason)
+		dst = append(dst, `,"matched_stop":null}],`...)
+		dst = appendUsageDetails(dst, c.prompt, completion)
+		return append(dst, "}\n"...)
+	}
+	dst = c.wholeHead(dst)
+	if c.chat {
+		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":`...)
+		if c.tool != "" {
+			dst = append(dst, `null,"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[{"id":"`...)
+			dst = c.appendToolID(dst)
+			dst = append(dst, `","type":"function","function":{"name":"`...)
+			dst = append(dst, c.tool...)
+			dst = append(dst, `","arguments":"`...)
+			dst = c.appendArgs(dst, 0, completion)
+			dst = append(dst, `"}}]`...)
+		} else {
+			dst = append(dst, '"')
+			dst = appendTokens(dst, 0, completion)
+			dst = append(dst, `","refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[]`...)
+		}
+		dst = append(dst, `,"reasoning_content":null},"logprobs":`...)
+	} else {
+		dst = append(dst, `,"choices":[{"index":0,"text":"`...)
+		dst = appendTokens(dst, 0, completion)
+		dst = append(dst, `","logprobs":`...)
+	}
+	dst = c.appendLogprobs(dst, 0, completion)
+	dst = append(dst, `,"finish_reason":`...)
+	dst = appendFinish(dst, reason)
+	if c.chat {
+		dst = append(dst, `,"stop_reason":null}],"service_tier":null,"system_fingerprint":null,`...)
+		dst = appendUsageDetails(dst, c.prompt, completion)
+		return append(dst, `,"prompt_logprobs":null,"kv_transfer_params":null}`+"\n"...)
+	}
+	dst = append(dst, `,"stop_reason":null,"prompt_logprobs":null}],"service_tier":null,"system_fingerprint":null,`...)
+	dst = appendUsageDetails(dst, c.prompt, completion)
+	return append(dst, `,"kv_transfer_params":null}`+"\n"...)
+}
+
+// wholeHead appends the fields before "choices" of a non-streamed answer
+// (vllm and sglang flavours).
+func (c *chunker) wholeHead(dst []byte) []byte {
 	dst = append(dst, `{"id":"`...)
 	dst = append(dst, c.id...)
 	if c.chat {
@@ -222,18 +344,12 @@ func (c *chunker) whole(dst []byte, reason string, completion int) []byte {
 	}
 	dst = strconv.AppendInt(dst, c.created, 10)
 	dst = append(dst, `,"model":`...)
-	dst = append(dst, c.model...)
-	if c.chat {
-		dst = append(dst, `,"choices":[{"index":0,"message":{"role":"assistant","content":"`...)
-		dst = appendTokens(dst, 0, completion)
-		dst = append(dst, `"},"logprobs":null,"finish_reason":`...)
-	} else {
-		dst = append(dst, `,"choices":[{"index":0,"text":"`...)
-		dst = appendTokens(dst, 0, completion)
-		dst = append(dst, `","logprobs":null,"finish_reason":`...)
-	}
-	dst = appendFinish(dst, reason)
-	dst = append(dst, `}],`...)
-	dst = appendUsage(dst, c.prompt, completion)
-	return append(dst, "}\n"...)
+	return append(dst, c.model...)
+}
+
+// appendUsageDetails appends usage as vLLM's non-streamed answer has it:
+// with prompt_tokens_details (null).
+func appendUsageDetails(dst []byte, prompt, completion int) []byte {
+	dst = appendUsage(dst, prompt, completion)
+	return append(dst[:len(dst)-1], `,"prompt_tokens_details":null}`...)
 }

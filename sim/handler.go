@@ -129,7 +129,10 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		prefix = "chatcmpl-sim-"
 	}
 	c := &chunker{fl: s.flavor, chat: chat, id: prefix + strconv.FormatUint(d.id, 16),
-		created: arrival.Unix(), model: s.model, prompt: req.prompt}
+		created: arrival.Unix(), model: s.model, prompt: req.prompt, lp: -1, total: d.outTokens}
+	if s.flavor.name == FlavorVLLM { // the other flavours answer with text alone
+		c.lp, c.tool = req.logprobs, req.tool
+	}
 	if req.stream {
 		s.stream(w, ctx, q, c, req.includeUsage, d.cutAt, d.hang && s.cfg.Faults.HangAfterHeaders)
 		return

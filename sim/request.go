@@ -21,6 +21,16 @@ type genRequest struct {
 	MaxCompletionTokens *int `json:"max_completion_tokens"`
 	IgnoreEOS           bool `json:"ignore_eos"`
 	N                   *int `json:"n"`
+	// Logprobs is a boolean (chat, with TopLogprobs) or a count
+	// (completions).
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
+	Tools       []struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
 }
 
 // countWords counts whitespace-separated words: the simulator's tokenizer.
@@ -95,6 +105,11 @@ type parsed struct {
 	ignoreEOS    bool
 	stream       bool
 	includeUsage bool
+	// logprobs is the number of top logprobs per token asked for, -1 for
+	// none; tool the function the answer calls (tool_choice "required",
+	// the first tool, or a named function), "" for text.
+	logprobs int
+	tool     string
 }
 
 // parseGen reads and validates a request against the profile's limits, as
@@ -107,7 +122,10 @@ func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
 	if r.N != nil && *r.N != 1 {
 		return parsed{}, errors.New("only n=1 is supported")
 	}
-	out := parsed{ignoreEOS: r.IgnoreEOS, stream: r.Stream}
+	out := parsed{ignoreEOS: r.IgnoreEOS, stream: r.Stream, logprobs: -1}
+	if err := readLogprobs(&r, chat, &out); err != nil {
+		return parsed{}, err
+	}
 	out.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
 	if chat {
 		if len(r.Messages) == 0 {
@@ -149,4 +167,56 @@ func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
 			p.MaxModelLen, out.prompt+out.maxTokens, out.prompt, out.maxTokens)
 	}
 	return out, nil
+}
+
+// maxTopLogprobs bounds top_logprobs (vLLM's default --max-logprobs).
+const maxTopLogprobs = 20
+
+// readLogprobs reads what an answer carries besides text: logprobs
+// (chat: "logprobs": true with "top_logprobs"; completions: "logprobs": k)
+// and a tool call (chat: "tool_choice" "required" with tools, or naming a
+// function).
+func readLogprobs(r *genRequest, chat bool, out *parsed) error {
+	if len(r.Logprobs) > 0 && string(r.Logprobs) != "null" {
+		if chat {
+			var on bool
+			if err := json.Unmarshal(r.Logprobs, &on); err != nil {
+				return errors.New("logprobs must be a boolean")
+			}
+			if on {
+				out.logprobs = 0
+				if r.TopLogprobs != nil {
+					out.logprobs = *r.TopLogprobs
+				}
+			}
+		} else if err := json.Unmarshal(r.Logprobs, &out.logprobs); err != nil {
+			return errors.New("logprobs must be an integer")
+		}
+		if out.logprobs > maxTopLogprobs {
+			return fmt.Errorf("logprobs: at most %d top logprobs", maxTopLogprobs)
+		}
+	}
+	if !chat || len(r.ToolChoice) == 0 {
+		return nil
+	}
+	var choice string
+	if json.Unmarshal(r.ToolChoice, &choice) == nil {
+		if choice == "required" {
+			if len(r.Tools) == 0 {
+				return errors.New(`tool_choice "required" needs tools`)
+			}
+			out.tool = r.Tools[0].Function.Name
+		}
+		return nil
+	}
+	var named struct {
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(r.ToolChoice, &named); err != nil || named.Function.Name == "" {
+		return errors.New("tool_choice must be none, auto, required or a named function")
+	}
+	out.tool = named.Function.Name
+	return nil
 }

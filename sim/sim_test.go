@@ -132,7 +132,7 @@ func TestNonStreamed(t *testing.T) {
 		req := httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(`{"model":"x","prompt":[1,2,3],"max_tokens":3,"ignore_eos":true}`))
 		s.Handler().ServeHTTP(rec, req)
 		body := rec.Body.String()
-		if rec.Code != 200 || !strings.Contains(body, `"usage":{"prompt_tokens":3,"total_tokens":6,"completion_tokens":3}`) ||
+		if rec.Code != 200 || !strings.Contains(body, `"usage":{"prompt_tokens":3,"total_tokens":6,"completion_tokens":3,"prompt_tokens_details":null}`) ||
 			!strings.Contains(body, `"finish_reason":"length"`) {
 			t.Fatalf("%d %s", rec.Code, body)
 		}

@@ -13,7 +13,11 @@
 //     invalid_request). Outcome.String doubles as the metric label.
 //   - judge.go: [Judge], the pure function from a Record and its Targets to
 //     an Outcome, with vLLM's definitions (TTFT to the first chunk carrying
-//     output; TPOT = (E2E - TTFT) / (output_tokens - 1)).
+//     output; TPOT = (E2E - TTFT) / (output_tokens - 1)). A request the
+//     client did not stream is judged as its client felt it, by E2E alone
+//     ([Targets.Verdict], [Record.VerdictTargets]), even when the gateway
+//     measured its TTFT and TPOT from a stream it asked the engine for
+//     (Record.Reassembled).
 //   - window.go: [Window], sliding-window statistics kept in DDSketches
 //     (github.com/DataDog/sketches-go, 1 % relative accuracy) in time
 //     buckets, and [Stats], a snapshot of them.

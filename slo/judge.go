@@ -11,10 +11,13 @@ import "time"
 // stream that produced no output at all is judged with TTFT = E2E: the
 // client waited that long for a first token that never came.
 //
-// Non-streamed requests have no observable first token. They are judged by
-// E2E against the E2E target when it is set, and otherwise against the
-// bound the other targets imply: TTFT + TPOT x (output_tokens - 1); a miss
-// is reported as MissedE2E.
+// Requests the client did not stream are judged as the client felt them:
+// by E2E alone (arrival to the end of the answer), against the E2E target
+// when it is set, and otherwise against the bound the other targets imply,
+// TTFT + TPOT x (output_tokens - 1): the E2E of a stream of that length
+// that met both; a miss is reported as MissedE2E. This holds also for a
+// reassembled request, whose TTFT and TPOT were measured (they teach the
+// controller; they are not its verdict). See Targets.Verdict.
 func Judge(r *Record) Outcome {
 	t := r.Targets
 	var o Outcome

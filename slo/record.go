@@ -88,8 +88,14 @@ type Record struct {
 	Route string `json:"route"`
 	// Model is the request's model field.
 	Model string `json:"model"`
-	// Streamed is true for a streamed (SSE) request.
+	// Streamed is true for a request the client asked to stream (SSE).
 	Streamed bool `json:"streamed"`
+	// Reassembled is true for a request the client did not stream that
+	// the gateway asked the engine to stream, measured like a stream and
+	// answered with the single JSON body the engine would have sent: its
+	// TTFT, gaps and TPOT are as the engine served them, though the client
+	// felt only the end (see Judge).
+	Reassembled bool `json:"reassembled,omitempty"`
 	// Status is the HTTP status the client got (0 when the client left
 	// before any was sent).
 	Status int `json:"status"`
@@ -110,12 +116,15 @@ type Record struct {
 	Targets Targets `json:"targets"`
 	// QueueWait is the time spent waiting for a slot.
 	QueueWait time.Duration `json:"queue_wait"`
-	// TTFT runs from arrival to the first output chunk (the client's view).
+	// TTFT runs from arrival to the first output chunk (the client's view;
+	// for a reassembled request, when the client would have had it had it
+	// streamed).
 	TTFT time.Duration `json:"ttft"`
 	// EngineTTFT runs from forwarding to the first output chunk.
 	EngineTTFT time.Duration `json:"engine_ttft"`
 	// E2E runs from arrival to the last output chunk (streamed) or to the
-	// end of the response body (non-streamed).
+	// end of the response body (not streamed: relayed whole, or
+	// reassembled and written).
 	E2E time.Duration `json:"e2e"`
 	// MaxITL is the longest gap between successive output chunks. Each gap
 	// is reported live to observers; the record keeps only the maximum so
@@ -161,10 +170,28 @@ type Record struct {
 
 // TPOT returns (E2E - TTFT) / (output_tokens - 1), vLLM's time per output
 // token, which excludes the first token. ok is false when it is not
-// defined: not streamed, no first output, or fewer than two output tokens.
+// defined: no stream measured (relayed whole), no first output, or fewer
+// than two output tokens. A reassembled request has one: its E2E runs to
+// the written answer, a little after its last token.
 func (r *Record) TPOT() (tpot time.Duration, ok bool) {
-	if !r.Streamed || r.OutputChunks == 0 || r.OutputTokens < 2 || r.E2E < r.TTFT {
+	if !r.FirstObserved() || r.OutputTokens < 2 || r.E2E < r.TTFT {
 		return 0, false
 	}
 	return (r.E2E - r.TTFT) / time.Duration(r.OutputTokens-1), true
 }
+
+// FirstObserved reports whether the request's first output chunk was
+// seen: it was streamed from the engine (to the client, or reassembled)
+// and produced output, so TTFT and engine TTFT are measured.
+func (r *Record) FirstObserved() bool {
+	return (r.Streamed || r.Reassembled) && r.OutputChunks > 0
+}
+
+// VerdictTargets are the targets Judge holds the request to, as the client
+// feels it: every target of a streamed request; the E2E target alone of
+// one that is not streamed (its client sees only the end), or, without
+// an E2E target, its TTFT and TPOT targets, whose bound on E2E at its
+// output length, TTFT + TPOT x (output_tokens - 1), Judge applies. The
+// controller groups requests into classes by these, so that one judged on
+// E2E alone is predicted and measured apart from the streams.
+func (r *Record) VerdictTargets() Targets { return r.Targets.Verdict(r.Streamed) }

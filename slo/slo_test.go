@@ -55,6 +55,30 @@ func TestTPOT(t *testing.T) {
 			t.Errorf("TPOT defined for %+v", r)
 		}
 	}
+	// A reassembled request streamed from the engine: TPOT as served.
+	r = Record{Reassembled: true, TTFT: 500 * ms, E2E: 1200 * ms, OutputTokens: 100, OutputChunks: 40}
+	if got, ok := r.TPOT(); !ok || got != 700*ms/99 {
+		t.Fatalf("reassembled TPOT = %v, %v; want %v", got, ok, 700*ms/99)
+	}
+}
+
+func TestVerdictTargets(t *testing.T) {
+	all := Targets{TTFT: time.Second, TPOT: 100 * ms, E2E: 13 * time.Second}
+	for _, tt := range []struct {
+		name string
+		r    Record
+		want Targets
+	}{
+		{"streamed: every target", Record{Streamed: true, Targets: all}, all},
+		{"not streamed: e2e alone", Record{Targets: all}, Targets{E2E: 13 * time.Second}},
+		{"reassembled: e2e alone", Record{Reassembled: true, Targets: all}, Targets{E2E: 13 * time.Second}},
+		{"not streamed, no e2e: the implied bound's targets", Record{Targets: Targets{TTFT: time.Second, TPOT: 100 * ms}}, Targets{TTFT: time.Second, TPOT: 100 * ms}},
+		{"no target", Record{}, Targets{}},
+	} {
+		if got := tt.r.VerdictTargets(); got != tt.want {
+			t.Errorf("%s: VerdictTargets = %+v, want %+v", tt.name, got, tt.want)
+		}
+	}
 }
 
 func TestJudge(t *testing.T) {
@@ -73,6 +97,13 @@ func TestJudge(t *testing.T) {
 		{"non-streamed implied bound met", Record{E2E: time.Second + 9*100*ms, OutputTokens: 10}, Good},
 		{"non-streamed implied bound missed", Record{E2E: time.Second + 9*100*ms + ms, OutputTokens: 10}, MissedE2E},
 		{"non-streamed e2e target wins", Record{E2E: 5 * time.Second, OutputTokens: 10, Targets: Targets{TTFT: time.Second, E2E: 6 * time.Second}}, Good},
+		// Reassembled: TTFT and TPOT measured (both missed here), the
+		// verdict by E2E alone, as the client felt it.
+		{"reassembled judged by e2e target", Record{Reassembled: true, TTFT: 2 * time.Second, E2E: 12 * time.Second, OutputTokens: 10, OutputChunks: 10,
+			Targets: Targets{TTFT: time.Second, TPOT: 100 * ms, E2E: 13 * time.Second}}, Good},
+		{"reassembled misses e2e target", Record{Reassembled: true, TTFT: 500 * ms, E2E: 14 * time.Second, OutputTokens: 10, OutputChunks: 10,
+			Targets: Targets{TTFT: time.Second, TPOT: 100 * ms, E2E: 13 * time.Second}}, MissedE2E},
+		{"reassembled implied bound: slow first token made up", Record{Reassembled: true, TTFT: 1500 * ms, E2E: 1900 * ms, OutputTokens: 10, OutputChunks: 10}, Good},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

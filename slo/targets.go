@@ -20,6 +20,22 @@ type Targets struct {
 	E2E time.Duration `json:"e2e"`
 }
 
+// Verdict returns the targets a request with targets t is judged by: all
+// of them when streamed; when not streamed, the E2E target alone if set,
+// else TTFT and TPOT, which bound its E2E at TTFT + TPOT x
+// (output_tokens - 1) (see Judge and Record.VerdictTargets). A request
+// refused or queued before its body was read has not said whether it
+// streams: the gateway uses t as given until then.
+func (t Targets) Verdict(streamed bool) Targets {
+	switch {
+	case streamed:
+		return t
+	case t.E2E > 0:
+		return Targets{E2E: t.E2E}
+	}
+	return Targets{TTFT: t.TTFT, TPOT: t.TPOT}
+}
+
 // Header names of per-request overrides, in whole milliseconds.
 const (
 	HeaderTTFT = "X-Slo-Ttft-Ms"

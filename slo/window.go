@@ -219,7 +219,7 @@ func (w *Window) Add(now time.Time, r *Record) {
 	}
 	c.tokens += r.OutputTokens
 	_ = b.sketches[dE2E].Add(seconds(r.E2E))
-	if r.Streamed && r.OutputChunks > 0 {
+	if r.FirstObserved() {
 		_ = b.sketches[dTTFT].Add(seconds(r.TTFT))
 		_ = b.sketches[dEngineTTFT].Add(seconds(r.EngineTTFT))
 	}

@@ -22,12 +22,18 @@
 //
 // Both engines serve POST /v1/chat/completions and /v1/completions, GET
 // /health, /v1/models and /test/stats, and take one request's behaviour from
-// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens] and
-// [HeaderFault] with a Fault* mode. GET /metrics answers the engine's
-// Prometheus exposition (vLLM's names on uvicorn, llama.cpp's on httplib,
-// following the requests being served), or, for an engine started
-// [WithMetricsFault], fails for its whole life: missing, a 30 s hang, 50
-// MiB of garbage, or NaN values (the Metrics* modes).
+// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens],
+// [HeaderLogprobs], [HeaderToolCalls] and [HeaderFault] with a Fault* mode.
+// A request's answer that is not streamed is the one its stream adds up
+// to, in the form the engine gives it: vLLM's model_dump of its response
+// (every field, nulls included; the uvicorn engine also honours "n") and
+// llama.cpp's to_json_oaicompat (timings, prompt_tokens_details), so that a
+// gateway's answer reassembled from the stream can be compared with it
+// field by field. GET /metrics answers the engine's Prometheus exposition
+// (vLLM's names on uvicorn, llama.cpp's on httplib, following the requests
+// being served), or, for an engine started [WithMetricsFault], fails for
+// its whole life: missing, a 30 s hang, 50 MiB of garbage, or NaN values
+// (the Metrics* modes).
 //
 // # Ownership
 //

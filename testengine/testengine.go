@@ -45,6 +45,16 @@ const (
 	// HeaderTokens overrides the request's max_tokens: the number of output
 	// tokens, one per content chunk.
 	HeaderTokens = "X-Test-Tokens"
+	// HeaderLogprobs gives every output token logprobs with this many top
+	// logprobs, in the engine's shape (vLLM's chat and completion forms;
+	// llama.cpp's "content" list), in each chunk and in the answer that is
+	// not streamed.
+	HeaderLogprobs = "X-Test-Logprobs"
+	// HeaderToolCalls makes a chat answer this many tool calls ("tool_0",
+	// ...) whose JSON arguments take the output tokens in turn, streamed
+	// as the engine streams them (the first delta of a call with its id,
+	// type and name), with finish_reason "tool_calls".
+	HeaderToolCalls = "X-Test-Tool-Calls"
 )
 
 // Fault modes, the values of HeaderFault. "Hang" means silence until the

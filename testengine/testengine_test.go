@@ -108,7 +108,7 @@ type chunk struct {
 		Index        int                        `json:"index"`
 		Delta        map[string]json.RawMessage `json:"delta"`
 		Text         *string                    `json:"text"`
-		Message      map[string]string          `json:"message"`
+		Message      struct{ Content string }   `json:"message"`
 		FinishReason *string                    `json:"finish_reason"`
 	} `json:"choices"`
 	Usage   *usage          `json:"usage"`
@@ -320,7 +320,7 @@ func TestNonStreamed(t *testing.T) {
 			if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
 				t.Fatalf("%s: status %d, %v", tc.path, resp.StatusCode, err)
 			}
-			text := got.Choices[0].Message["content"]
+			text := got.Choices[0].Message.Content
 			if got.Choices[0].Text != nil {
 				text = *got.Choices[0].Text
 			}

@@ -29,6 +29,12 @@
 //     same [Request] and [ChunkInfo]; numbers.go reads request fields the
 //     way each engine does. InspectAs has a fast path on the same scanner as
 //     Inspect, held to an encoding/json reader per shape like Inspect's.
+//   - asstream.go, assemble.go, assemble_scan.go: a request that is not
+//     streamed, rewritten to ask for a stream with usage ([AsStream]; the
+//     fields that keep it whole are [WholeOnly]), and the [Assembler],
+//     which merges that stream's chunks into the single JSON body the
+//     engine would have answered (chat and text completions, OpenAI
+//     shape).
 //   - errors.go: OpenAI-shaped error bodies ([ErrorBody]) for JSON responses
 //     and for SSE error events once a stream has started.
 //

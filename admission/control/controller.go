@@ -106,9 +106,11 @@ type Finished struct {
 	// OutputTokens is the engine's usage count.
 	OutputTokens int
 	// Targets are the targets the request was judged by: the operator's
-	// with the request's own overrides applied, as the proxy records them.
-	// A zero field is no bound on that latency (an x-slo-*-ms: 0 header),
-	// not the operator's target.
+	// with the request's own overrides applied, as the proxy records them,
+	// and of those, for a request that was not streamed, the ones its
+	// verdict used (slo.Record.VerdictTargets). A zero field is no bound
+	// on that latency (an x-slo-*-ms: 0 header, or a target a request
+	// that is not streamed is not judged by), not the operator's target.
 	Targets slo.Targets
 	// Good reports whether the request met all its targets as the client
 	// felt them (queue wait included); kept for the measured attainment.

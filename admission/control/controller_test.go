@@ -2,6 +2,7 @@ package control
 
 import (
 	"github.com/kneecap/kneecap/slo"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -212,6 +213,40 @@ func TestAdmitRequestQueueBoundWins(t *testing.T) {
 		}
 		if !v.OK && v.RetryAfter <= 0 {
 			t.Errorf("%s: refused without a Retry-After", tc.name)
+		}
+	}
+}
+
+// A request judged by E2E alone (one its client does not stream: an E2E
+// target, no TTFT target) is refused at once when its predicted wait, the
+// P-quantile of the time to its release, and the P-quantile of the time
+// from forwarding to its end miss its E2E target; a queue bound longer
+// than the target wins, as for TTFT.
+func TestAdmitDeadlineE2E(t *testing.T) {
+	e := bf16Like()
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	e2e := c.predictedEngineE2E(now)
+	if want := seconds(c.predict(c.cap).E2E); e2e != want || e2e < 10*time.Second {
+		t.Fatalf("predicted engine E2E %v, want the P-quantile %v (about 12 s at cap 7)", e2e, want)
+	}
+	iv, _ := c.slotInterval(now)
+	for _, ahead := range []int{0, 3} {
+		w, ok := c.waitQuantile(ahead)
+		k := float64(ahead + 1)
+		if want := time.Duration((k + 1.2815515655446004*math.Sqrt(k)) * float64(iv)); !ok || (w-want).Abs() > time.Microsecond {
+			t.Fatalf("wait quantile with %d ahead %v, want %v", ahead, w, want)
+		}
+		need := w + e2e
+		if v := c.Admit(now, Query{Arrival: now, Ahead: ahead, Targets: slo.Targets{E2E: need + 100*time.Millisecond}, MaxWait: need + 100*time.Millisecond}); !v.OK {
+			t.Errorf("%d ahead: refused a request predicted to end within %v of a %v E2E target: %+v", ahead, need, need+100*time.Millisecond, v)
+		}
+		v := c.Admit(now, Query{Arrival: now, Ahead: ahead, Targets: slo.Targets{E2E: need - 100*time.Millisecond}, MaxWait: need - 100*time.Millisecond})
+		if v.OK {
+			t.Errorf("%d ahead: admitted a request predicted to end %v after arrival for a target 100ms shorter: %+v", ahead, need, v)
+		}
+		if v := c.Admit(now, Query{Arrival: now, Ahead: ahead, Targets: slo.Targets{E2E: need - 100*time.Millisecond}, MaxWait: time.Minute}); !v.OK {
+			t.Errorf("%d ahead: a queue bound of a minute did not win: %+v", ahead, v)
 		}
 	}
 }

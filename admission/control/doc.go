@@ -34,7 +34,9 @@
 //
 // Priority classes (package admission's ClassConfig) are not the
 // controller's target classes: the controller groups finished requests by
-// the targets they carried, whatever their priority, and a request with no
+// the targets their verdict used (slo.Record.VerdictTargets: every target
+// of a stream, the E2E target alone of a request its client did not
+// stream), whatever their priority, and a request with no
 // target at all (a batch class without targets) teaches the model its cost
 // on the engine but counts to no class, attainment or measured goodput
 // (see Controller.ObserveDone), so the cap stays where the requests with

@@ -272,8 +272,16 @@ func (r *Loop) Chunk(now time.Time, running int, gap time.Duration) {
 // away still measured what it streamed until then (and a client may close
 // its end the moment the last chunk arrived). A request with several
 // choices is skipped too: its chunks interleave them.
+//
+// A request its client did not stream counts to the class of the targets
+// its verdict used (slo.Record.VerdictTargets: its E2E target alone when
+// it has one), so that requests judged by E2E alone are predicted and
+// measured apart from the streams. Reassembled, it teaches the model as a
+// stream does (its chunks were observed as they came); relayed whole, it
+// teaches only its cost: the slot hold and its output length, with no
+// TPOT (its TPOT ratio is not taken).
 func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
-	if !rec.Streamed || rec.OutputTokens == 0 || rec.E2E <= 0 || rec.Choices > 1 ||
+	if rec.OutputTokens == 0 || rec.E2E <= 0 || rec.Choices > 1 ||
 		rec.Outcome.Has(slo.Rejected) || rec.Outcome.Has(slo.EngineError) || rec.Outcome.Has(slo.InvalidRequest) {
 		return
 	}
@@ -285,7 +293,7 @@ func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 	f := Finished{
 		Running: n, EngineTTFT: rec.EngineTTFT, TPOT: tpot,
 		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
-		Targets: rec.Targets, Good: rec.Outcome.Good(),
+		Targets: rec.VerdictTargets(), Good: rec.Outcome.Good(),
 		PromptTokens: rec.PromptTokens, PromptEstimate: rec.PromptEstimate,
 		PrefillAhead: rec.PrefillAhead, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
 	}

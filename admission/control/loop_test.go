@@ -127,6 +127,41 @@ func TestLoopLeavesSeveralChoicesOut(t *testing.T) {
 	}
 }
 
+// TestLoopNotStreamed: a request its client did not stream counts to the
+// class of the targets its verdict used (E2E alone when it has one);
+// reassembled, it brings its TPOT ratio; relayed whole, only its cost.
+func TestLoopNotStreamed(t *testing.T) {
+	r := newTestLoop(t)
+	now := time.Now()
+	for i := range 10 { // a fitted gap curve, so that TPOT ratios are taken
+		r.Chunk(now, 1+i%4, time.Duration(10+i%4)*time.Millisecond)
+	}
+	r.lock()
+	r.c.gap.fit(now)
+	ok := r.c.gap.ok
+	r.mu.Unlock()
+	if !ok {
+		t.Fatal("no gap curve: the test tests nothing")
+	}
+	all := slo.Targets{TTFT: time.Second, TPOT: 100 * time.Millisecond, E2E: 13 * time.Second}
+	e2e := slo.Targets{E2E: 13 * time.Second}
+	whole := slo.Record{OutputTokens: 20, E2E: time.Second, Targets: all}
+	r.Finished(now, whole, 4)
+	r.lock()
+	if d := r.c.classes[e2e]; d == nil || r.c.classes[all] != nil || r.c.holdAvg.w == 0 || len(r.c.tpotR.values(now)) != 0 {
+		t.Fatalf("relayed whole: classes %v, hold weight %v, TPOT ratios %v", r.c.classes, r.c.holdAvg.w, r.c.tpotR.values(now))
+	}
+	r.mu.Unlock()
+	re := slo.Record{Reassembled: true, OutputTokens: 20, OutputChunks: 20, TTFT: 200 * time.Millisecond,
+		EngineTTFT: 200 * time.Millisecond, E2E: time.Second, MeanRunning: 2, Targets: all}
+	r.Finished(now, re, 2)
+	r.lock()
+	defer r.mu.Unlock()
+	if len(r.c.tpotR.values(now)) != 1 || r.c.classes[all] != nil {
+		t.Fatalf("reassembled: classes %v, TPOT ratios %v", r.c.classes, r.c.tpotR.values(now))
+	}
+}
+
 // TestLoopEffectsOutsideLock: what a change of the cap sets off (here an
 // OnChange that blocks) runs outside the loop's lock: Cap and the deadline
 // check answer meanwhile, and the limiter has the new cap before OnChange

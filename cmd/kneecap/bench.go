@@ -67,6 +67,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.outputLen, "output-len", "120", "output tokens (max_tokens): same forms as --input-len")
 	fs.StringVar(&f.prompts, "prompts", "", "JSONL file of prompts ({\"prompt\": ..., \"max_tokens\": N}) instead of synthetic ones")
 	fs.BoolVar(&c.IgnoreEOS, "ignore-eos", true, "send ignore_eos so that the engine generates exactly max_tokens")
+	fs.BoolVar(&c.NoStream, "no-stream", false, "send \"stream\": false, as the OpenAI SDKs do by default, and measure E2E to the end of each answer (no TTFT, TPOT or ITL); judged by e2e in --goodput, else by ttft + tpot x (output tokens - 1)")
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of prompts, lengths and arrivals")
 	fs.StringVar(&f.goodput, "goodput", "ttft=1s,tpot=100ms", "targets: ttft=DUR,tpot=DUR[,e2e=DUR], or none")
 	fs.Float64Var(&c.MinAttainment, "min-attainment", 0.9, "share of good requests for a level to have met the targets")

@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -409,10 +410,12 @@ struct Gen {
   std::string id, model;
   long created = 0;
   int prompt_tokens = 0, n = 16;
+  int logprobs = 0; // top logprobs per token (X-Test-Logprobs); 0: none
+  int tools = 0;    // tool calls the answer is made of (X-Test-Tool-Calls, chat)
 
   std::string usage() const {
     return "{\"completion_tokens\":" + std::to_string(n) + ",\"prompt_tokens\":" + std::to_string(prompt_tokens) +
-           ",\"total_tokens\":" + std::to_string(prompt_tokens + n) + "}";
+           ",\"total_tokens\":" + std::to_string(prompt_tokens + n) + ",\"prompt_tokens_details\":{\"cached_tokens\":0}}";
   }
   std::string timings() const {
     return "{\"prompt_n\":" + std::to_string(prompt_tokens) + ",\"prompt_ms\":1.0,\"predicted_n\":" + std::to_string(n) +
@@ -423,25 +426,104 @@ struct Gen {
            ",\"system_fingerprint\":\"b0-testengine\",\"object\":" +
            (chat ? "\"chat.completion.chunk\"" : "\"text_completion\"") + ",\"id\":" + quote(id);
   }
-  // A content chunk, llama.cpp-shaped.
-  std::string content(const std::string &text) const {
-    std::string choice = chat ? "{\"finish_reason\":null,\"index\":0,\"delta\":{\"content\":" + quote(text) + "}}"
-                              : "{\"text\":" + quote(text) + ",\"index\":0,\"logprobs\":null,\"finish_reason\":null}";
+  const char *finish() const { return tools > 0 ? "tool_calls" : "length"; }
+
+  // What token i adds: text, or a piece of tool call k's arguments (JSON:
+  // {"text": "tok tok "}), the calls taking the tokens in turn.
+  int tool_of(int i) const {
+    if (tools == 0) return -1;
+    const int per = std::max(n / tools, 1);
+    return std::min(i / per, tools - 1);
+  }
+  std::string piece(int i) const {
+    const int k = tool_of(i);
+    if (k < 0) return "tok ";
+    const int per = std::max(n / tools, 1);
+    const int first = k * per, last = k == tools - 1 ? n - 1 : first + per - 1;
+    std::string p = "tok ";
+    if (i == first) p = "{\"text\": \"" + p;
+    if (i == last) p += "\"}";
+    return p;
+  }
+  std::string tool_id(int k) const { return "call" + id + "x" + std::to_string(k); }
+
+  // llama.cpp's logprobs entry of token i (probs_vector_to_json).
+  std::string lp_entry(int i) const {
+    auto one = [i](int j) {
+      char lp[32];
+      std::snprintf(lp, sizeof lp, "%.2f", -0.25 * (j + 1) - 0.01 * (i % 7));
+      return "{\"id\":" + std::to_string(1000 + j) + ",\"token\":\"tok \",\"bytes\":[116,111,107,32],\"logprob\":" + lp;
+    };
+    std::string top = "[";
+    for (int j = 0; j < logprobs; j++) top += (j ? "," : "") + one(j) + "}";
+    return one(0) + ",\"top_logprobs\":" + top + "]}";
+  }
+  std::string logprobs_of(int from, int to) const {
+    std::string out = "{\"content\":[";
+    for (int i = from; i < to; i++) out += (i > from ? "," : "") + lp_entry(i);
+    return out + "]}";
+  }
+
+  // The chunk of token i, llama.cpp-shaped.
+  std::string content(int i) const {
+    std::string choice;
+    if (chat) {
+      std::string delta;
+      const int k = tool_of(i);
+      if (k < 0) {
+        delta = "{\"content\":" + quote(piece(i)) + "}";
+      } else if (i == 0 || tool_of(i - 1) != k) {
+        delta = "{\"tool_calls\":[{\"index\":" + std::to_string(k) + ",\"id\":" + quote(tool_id(k)) +
+                ",\"type\":\"function\",\"function\":{\"name\":\"tool_" + std::to_string(k) + "\",\"arguments\":" +
+                quote(piece(i)) + "}}]}";
+      } else {
+        delta = "{\"tool_calls\":[{\"index\":" + std::to_string(k) + ",\"function\":{\"arguments\":" + quote(piece(i)) + "}}]}";
+      }
+      choice = "{\"finish_reason\":null,\"index\":0,\"delta\":" + delta;
+      if (logprobs > 0) choice += ",\"logprobs\":" + logprobs_of(i, i + 1);
+      choice += "}";
+    } else {
+      choice = "{\"text\":" + quote(piece(i)) + ",\"index\":0,\"logprobs\":" +
+               (logprobs > 0 ? logprobs_of(i, i + 1) : std::string("null")) + ",\"finish_reason\":null}";
+    }
     return "data: {\"choices\":[" + choice + "]" + tail() + "}\n\n";
   }
   // The last chunk: finish_reason, an empty delta, usage and timings.
   std::string last() const {
-    std::string choice = chat ? "{\"finish_reason\":\"length\",\"index\":0,\"delta\":{}}"
-                              : "{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}";
+    std::string choice = chat ? std::string("{\"finish_reason\":\"") + finish() + "\",\"index\":0,\"delta\":{}}"
+                              : std::string("{\"text\":\"\",\"index\":0,\"logprobs\":null,\"finish_reason\":\"") + finish() + "\"}";
     return "data: {\"choices\":[" + choice + "]" + tail() + ",\"usage\":" + usage() + ",\"timings\":" + timings() +
            "}\n\n";
   }
+  // The non-streamed answer, as llama.cpp's to_json_oaicompat_chat and
+  // to_json_oaicompat give it.
   std::string whole() const {
     std::string text;
-    for (int i = 0; i < n; i++) text += "tok ";
-    std::string choice = chat ? "{\"finish_reason\":\"length\",\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":" +
-                                    quote(text) + "}}"
-                              : "{\"text\":" + quote(text) + ",\"index\":0,\"logprobs\":null,\"finish_reason\":\"length\"}";
+    for (int i = 0; i < n; i++) text += piece(i);
+    std::string choice;
+    if (chat) {
+      std::string msg = "{\"role\":\"assistant\",\"content\":";
+      if (tools == 0) {
+        msg += quote(text) + "}";
+      } else {
+        msg += "null,\"tool_calls\":[";
+        for (int k = 0; k < tools; k++) {
+          std::string args;
+          for (int i = 0; i < n; i++) {
+            if (tool_of(i) == k) args += piece(i);
+          }
+          msg += (k ? "," : "") + std::string("{\"type\":\"function\",\"function\":{\"name\":\"tool_") + std::to_string(k) +
+                 "\",\"arguments\":" + quote(args) + "},\"id\":" + quote(tool_id(k)) + "}";
+        }
+        msg += "]}";
+      }
+      choice = std::string("{\"finish_reason\":\"") + finish() + "\",\"index\":0,\"message\":" + msg;
+      if (logprobs > 0) choice += ",\"logprobs\":" + logprobs_of(0, n);
+      choice += "}";
+    } else {
+      choice = "{\"text\":" + quote(text) + ",\"index\":0,\"logprobs\":" +
+               (logprobs > 0 ? logprobs_of(0, n) : std::string("null")) + ",\"finish_reason\":\"" + finish() + "\"}";
+    }
     return "{\"choices\":[" + choice + "],\"created\":" + std::to_string(created) + ",\"model\":" + quote(model) +
            ",\"system_fingerprint\":\"b0-testengine\",\"object\":" +
            (chat ? "\"chat.completion\"" : "\"text_completion\"") + ",\"usage\":" + usage() + ",\"id\":" + quote(id) +
@@ -580,6 +662,8 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
   if (max_tokens == nullptr || max_tokens->type != JVal::Num) max_tokens = body.get("n_predict");
   if (max_tokens != nullptr && max_tokens->type == JVal::Num) g.n = static_cast<int>(max_tokens->n);
   g.n = std::max(header_int(req, "X-Test-Tokens", g.n), 0);
+  g.logprobs = std::max(header_int(req, "X-Test-Logprobs", 0), 0);
+  if (chat) g.tools = std::min(std::max(header_int(req, "X-Test-Tool-Calls", 0), 0), std::max(g.n, 1));
   if (chat) {
     const JVal *msgs = body.get("messages");
     if (msgs != nullptr && msgs->type == JVal::Arr) {
@@ -625,21 +709,21 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
         }
         sleep_ms(first_delay);
         if (fault == "broken-sse") {
-          if (write(g.content("tok ")) && write("data: {not json\n\n")) sink.done();
+          if (write(g.content(0)) && write("data: {not json\n\n")) sink.done();
           return false;
         }
         if (fault == "huge-line") {
-          if (write(g.content("tok ")) && write("data: " + std::string(4 << 20, 'x') + "\n\n") &&
+          if (write(g.content(0)) && write("data: " + std::string(4 << 20, 'x') + "\n\n") &&
               write("data: [DONE]\n\n")) {
             sink.done();
           }
           return false;
         }
         const bool cut = fault == "kill-mid-stream" || fault == "hang-mid-stream" || fault == "truncated";
-        const int chunks = cut ? 3 : g.n;
+        const int chunks = cut ? std::min(3, g.n) : g.n;
         for (int i = 0; i < chunks; i++) {
           if (i > 0) sleep_ms(gap);
-          if (!write(g.content("tok "))) return false;
+          if (!write(g.content(i))) return false;
         }
         if (fault == "kill-mid-stream") self_kill();
         if (fault == "hang-mid-stream") {

@@ -176,41 +176,111 @@ async def generate(request: Request, chat: bool):
         n = max(int(max_tokens), 0)
     n = header_int(request, "x-test-tokens", n)
     n = max(n, 0)
+    choices_n = body.get("n") if isinstance(body.get("n"), int) and not isinstance(body.get("n"), bool) else 1
+    choices_n = min(max(choices_n, 1), 8)
+    n_logprobs = max(header_int(request, "x-test-logprobs", 0), 0)
+    n_tools = max(header_int(request, "x-test-tool-calls", 0), 0) if chat else 0
     if chat:
         msgs = body.get("messages")
         prompt_tokens = sum(count_words(m.get("content")) for m in msgs if isinstance(m, dict)) if isinstance(msgs, list) else 0
     else:
         prompt_tokens = count_words(body.get("prompt"))
-    usage = {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
+    completion = n * choices_n
+    usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion, "completion_tokens": completion}
     METRICS["prompt_tokens"] += prompt_tokens
-    METRICS["generation_tokens"] += n
+    METRICS["generation_tokens"] += completion
 
     SEQ["n"] += 1
     created = int(time.time())
     rid = ("chatcmpl-%d" if chat else "cmpl-%d") % SEQ["n"]
     obj = "chat.completion.chunk" if chat else "text_completion"
+    finish = "tool_calls" if n_tools else "length"
 
-    def chunk(content=None, role=None, finish=None):
+    # What is generated: n tokens per choice, as text, or spread over
+    # n_tools tool calls whose arguments are JSON ({"text": "tok tok "}):
+    # pieces[i] is what token i adds, and to which call.
+    def pieces():
+        out = []
+        if not n_tools:
+            return [(None, "tok ")] * n
+        per = max(n // n_tools, 1)
+        for k in range(n_tools):
+            toks = ["tok "] * (per if k < n_tools - 1 else max(n - per * (n_tools - 1), 1))
+            toks[0] = '{"text": "' + toks[0]
+            toks[-1] = toks[-1] + '"}'
+            out.extend((k, t) for t in toks)
+        return out[:max(n, n_tools)]
+
+    def tool_id(c, k):
+        return "chatcmpl-tool-%d-%d-%d" % (SEQ_ID, c, k)
+
+    SEQ_ID = SEQ["n"]
+
+    # vLLM's logprobs of token i, as its chat and completion APIs give them.
+    def chat_lp(i):
+        def one(j):
+            return {"token": "tok ", "logprob": -0.25 * (j + 1) - 0.01 * (i % 7), "bytes": [116, 111, 107, 32]}
+        e = one(0)
+        e["top_logprobs"] = [one(j) for j in range(n_logprobs)]
+        return e
+
+    def text_lp(i, offset):
+        return {"text_offset": [offset], "token_logprobs": [-0.25 - 0.01 * (i % 7)], "tokens": ["tok "],
+                "top_logprobs": [{"tok %d" % j: -0.25 * (j + 1) - 0.01 * (i % 7) for j in range(n_logprobs)} if n_logprobs else None]}
+
+    def whole_logprobs(c):
+        if not n_logprobs:
+            return None
+        if chat:
+            return {"content": [chat_lp(i) for i in range(n)]}
+        merged = {"text_offset": [], "token_logprobs": [], "tokens": [], "top_logprobs": []}
+        for i in range(n):
+            for k, v in text_lp(i, 4 * i).items():
+                merged[k].extend(v)
+        return merged
+
+    def message(c):
+        # vLLM's ChatMessage as model_dump gives it: every field, nulls
+        # included; content null once a tool parser found calls.
+        calls = {}
+        for k, t in pieces():
+            if k is not None:
+                calls.setdefault(k, []).append(t)
+        tool_calls = [{"id": tool_id(c, k), "type": "function", "function": {"name": "tool_%d" % k, "arguments": "".join(calls[k])}}
+                      for k in sorted(calls)]
+        content = None if n_tools else "tok " * n
+        return {"role": "assistant", "content": content, "refusal": None, "annotations": None, "audio": None,
+                "function_call": None, "tool_calls": tool_calls, "reasoning_content": None}
+
+    def chunk(c, content=None, role=None, finish=None, logprobs=None, tool=None, stop_reason=False, text=None):
         if chat:
             delta = {}
             if role is not None:
                 delta["role"] = role
             if content is not None:
                 delta["content"] = content
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if tool is not None:
+                delta["tool_calls"] = [tool]
+            choice = {"index": c, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+            if stop_reason:
+                choice["stop_reason"] = None
         else:
-            choice = {"index": 0, "text": content or "", "logprobs": None, "finish_reason": finish}
+            choice = {"index": c, "text": text or "", "logprobs": logprobs, "finish_reason": finish, "stop_reason": None}
         return sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [choice]})
 
     if not stream:
-        text = "tok " * n
         if chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": "length"}
-            kind = "chat.completion"
+            choices = [{"index": c, "message": message(c), "logprobs": whole_logprobs(c), "finish_reason": finish, "stop_reason": None}
+                       for c in range(choices_n)]
+            result = {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": choices,
+                      "service_tier": None, "system_fingerprint": None,
+                      "usage": dict(usage, prompt_tokens_details=None), "prompt_logprobs": None, "kv_transfer_params": None}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
-            kind = "text_completion"
-        result = {"id": rid, "object": kind, "created": created, "model": model, "choices": [choice], "usage": usage}
+            choices = [{"index": c, "text": "tok " * n, "logprobs": whole_logprobs(c), "finish_reason": finish, "stop_reason": None,
+                        "prompt_logprobs": None} for c in range(choices_n)]
+            result = {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": choices,
+                      "service_tier": None, "system_fingerprint": None,
+                      "usage": dict(usage, prompt_tokens_details=None), "kv_transfer_params": None}
         if fault in ("hang-after-headers", "kill-after-headers"):
             return HeadersOnly(request, len(dumps(result).encode()), fault == "kill-after-headers")
         await asyncio.sleep(first_delay + max(n - 1, 0) * gap)
@@ -221,7 +291,7 @@ async def generate(request: Request, chat: bool):
         # event. Like vLLM, the role chunk goes out with the first output.
         if fault in ("kill-after-headers", "hang-after-headers"):
             if chat:
-                yield chunk(content="", role="assistant")
+                yield chunk(0, content="", role="assistant")
             else:
                 await asyncio.sleep(0.02)  # the head is out already
             if fault == "kill-after-headers":
@@ -230,23 +300,38 @@ async def generate(request: Request, chat: bool):
             return
         await asyncio.sleep(first_delay)
         if chat:
-            yield chunk(content="", role="assistant")
+            for c in range(choices_n):
+                yield chunk(c, content="", role="assistant")
         if fault == "broken-sse":
-            yield chunk(content="tok ")
+            yield chunk(0, content="tok ", text="tok ")
             yield "data: {not json\n\n"
             return
         if fault == "huge-line":
-            yield chunk(content="tok ")
+            yield chunk(0, content="tok ", text="tok ")
             yield b"data: " + b"x" * (4 << 20) + b"\n\n"
             yield "data: [DONE]\n\n"
             return
+        ps = pieces()
         limit = 3 if fault in ("kill-mid-stream", "hang-mid-stream", "truncated") else None
-        for i in range(n if limit is None else limit):
+        started = set()
+        for i in range(len(ps) if limit is None else min(limit, len(ps))):
             # Yield to the loop between tokens even with no gap, as a real
             # engine does between decode steps: a client's disconnect is
             # seen, and other requests (/test/stats) are served.
             await asyncio.sleep(gap if i > 0 else 0)
-            yield chunk(content="tok ")
+            k, t = ps[i]
+            for c in range(choices_n):  # the choices' chunks interleave
+                lp = None
+                if n_logprobs:
+                    lp = {"content": [chat_lp(i)]} if chat else text_lp(i, 4 * i)
+                if k is None:
+                    yield chunk(c, content=t, text=t, logprobs=lp)
+                elif (c, k) not in started:
+                    started.add((c, k))
+                    yield chunk(c, logprobs=lp, tool={"id": tool_id(c, k), "type": "function", "index": k,
+                                                      "function": {"name": "tool_%d" % k, "arguments": t}})
+                else:
+                    yield chunk(c, logprobs=lp, tool={"index": k, "function": {"arguments": t}})
         if fault == "kill-mid-stream":
             self_kill()
         if fault == "hang-mid-stream":
@@ -254,7 +339,8 @@ async def generate(request: Request, chat: bool):
             return
         if fault == "truncated":
             return
-        yield chunk(content="" if chat else None, finish="length")
+        for c in range(choices_n):
+            yield chunk(c, content="" if chat else None, finish=finish, stop_reason=True)
         if include_usage:
             yield sse({"id": rid, "object": obj, "created": created, "model": model, "choices": [], "usage": usage})
         yield "data: [DONE]\n\n"

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -50,6 +51,10 @@ func engineHandler() http.Handler {
 		}
 		interval, _ := time.ParseDuration(r.Header.Get(hdrInterval))
 		usage := bytes.Contains(body, []byte(`"include_usage":true`))
+		if !bytes.Contains(body, []byte(`"stream":true`)) {
+			whole(w, r, n, interval)
+			return
+		}
 
 		rc := http.NewResponseController(w)
 		h := w.Header()
@@ -88,4 +93,23 @@ func engineHandler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", stream)
 	mux.HandleFunc("POST /v1/completions", stream)
 	return mux
+}
+
+// whole answers a request that is not streamed as an engine does: after
+// the whole generation (n tokens, paced as a stream's), one JSON body, the
+// answer the stream of the same request adds up to.
+func whole(w http.ResponseWriter, r *http.Request, n int, interval time.Duration) {
+	if interval > 0 && n > 1 {
+		t := time.NewTimer(time.Duration(n-1) * interval)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	io.WriteString(w, `{"id":"chatcmpl-relaybench","object":"chat.completion","created":1764460800,"model":"relaybench","choices":[{"index":0,"message":{"role":"assistant","content":"`+
+		strings.Repeat(" tok", n)+`"},"logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":`+
+		strconv.Itoa(n)+`,"total_tokens":`+strconv.Itoa(n+1)+`}}`)
 }

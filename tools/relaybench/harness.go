@@ -38,8 +38,11 @@ type setting struct {
 }
 
 func (s setting) String() string {
-	if s.mode == "paced" {
+	switch s.mode {
+	case "paced":
 		return fmt.Sprintf("%d streams, paced (a chunk every %s)", s.streams, s.interval)
+	case "whole":
+		return fmt.Sprintf("%d not streamed (a token every %s)", s.streams, s.interval)
 	}
 	return fmt.Sprintf("%d streams, unpaced", s.streams)
 }
@@ -65,10 +68,11 @@ func (c config) workload(s setting) workload {
 	// Paced: a closed loop in steady state. Starts are spread over one
 	// stream's duration and each worker runs two streams back to back, so
 	// the second streams start one at a time while the other streams-1 run.
+	// Whole: the same, with requests that are not streamed.
 	d := time.Duration(c.chunks) * s.interval
 	return workload{
 		streams: s.streams, perWorker: 2, steadyFrom: 1, chunks: c.chunks, interval: s.interval,
-		stagger: d, timeout: 3*(2*d+d) + 30*time.Second,
+		stagger: d, timeout: 3*(2*d+d) + 30*time.Second, whole: s.mode == "whole",
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -18,6 +19,11 @@ import (
 // (kneecap) then have nothing to strip.
 const requestBody = `{"model":"relaybench","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":100000}`
 
+// wholeBody is the same request not streamed, as the OpenAI SDKs send it by
+// default: kneecap streams it from the engine and reassembles the answer;
+// the others relay it whole.
+const wholeBody = `{"model":"relaybench","messages":[{"role":"user","content":"hello"}],"max_tokens":100000}`
+
 // workload is what one round asks of a target.
 type workload struct {
 	streams   int           // concurrent streams (closed loop: one worker per stream)
@@ -30,6 +36,8 @@ type workload struct {
 	// steady state: with stagger equal to one stream's duration, every
 	// stream from the second on starts while streams-1 others are running.
 	steadyFrom int
+	// whole sends the requests not streamed (mode whole).
+	whole bool
 }
 
 // streamResult is what the client saw of one stream.
@@ -81,7 +89,11 @@ func runRound(ctx context.Context, client *http.Client, base string, w workload)
 }
 
 func oneStream(ctx context.Context, client *http.Client, base string, w workload) streamResult {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(requestBody))
+	body := requestBody
+	if w.whole {
+		body = wholeBody
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		return streamResult{broken: true, reason: err.Error()}
 	}
@@ -100,6 +112,9 @@ func oneStream(ctx context.Context, client *http.Client, base string, w workload
 			reason += " (" + why + ")" // a refusal by kneecap's admission, not a relay failure
 		}
 		return streamResult{broken: true, reason: reason}
+	}
+	if w.whole {
+		return oneWhole(resp, t0, w)
 	}
 	var res streamResult
 	br := bufio.NewReaderSize(resp.Body, 4096)
@@ -151,4 +166,28 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	case <-t.C:
 	case <-ctx.Done():
 	}
+}
+
+// oneWhole reads the answer of a request that is not streamed: its first
+// byte is its TTFC, and it counts as the chunks its stream would have had
+// (chunks + finish + usage + [DONE]), so that CPU per chunk reads per token
+// as for the streams.
+func oneWhole(resp *http.Response, t0 time.Time, w workload) streamResult {
+	var res streamResult
+	br := bufio.NewReaderSize(resp.Body, 4096)
+	if _, err := br.Peek(1); err != nil {
+		return streamResult{broken: true, reason: "read: " + shortErr(err), e2e: time.Since(t0)}
+	}
+	res.ttfc = time.Since(t0)
+	body, err := io.ReadAll(br)
+	res.e2e = time.Since(t0)
+	switch {
+	case err != nil:
+		res.broken, res.reason = true, "read: "+shortErr(err)
+	case !bytes.Contains(body, []byte(`"object":"chat.completion"`)) || bytes.Count(body, []byte(" tok")) != w.chunks:
+		res.broken, res.reason = true, fmt.Sprintf("not the whole answer: %.120s", body)
+	default:
+		res.events = w.chunks + 3
+	}
+	return res
 }

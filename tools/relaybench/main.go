@@ -68,9 +68,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&procs, "procs", 0, "rawproxy role: GOMAXPROCS (0: the default)")
 	fs.IntVar(&c.rawProcs, "raw-procs", 0, "GOMAXPROCS of the rawproxy, rawedge and rawconn targets (0: the default)")
 	fs.BoolVar(&rawServer, "raw-server", false, "rawproxy role: a hand-written HTTP/1.1 server instead of net/http's (target rawconn)")
-	fs.StringVar(&loads, "loads", defaultLoads, "the loads to measure, in order: STREAMSxINTERVAL (paced: -chunks per stream, one every INTERVAL) or STREAMSxunpaced (back to back); -streams, -modes or -interval given instead measure every streams x modes pair")
+	fs.StringVar(&loads, "loads", defaultLoads, "the loads to measure, in order: STREAMSxINTERVAL (paced: -chunks per stream, one every INTERVAL), STREAMSxunpaced (back to back) or STREAMSxINTERVAL:whole (requests not streamed, the engine generating -chunks tokens at INTERVAL; kneecap reassembles them from a stream); -streams, -modes or -interval given instead measure every streams x modes pair")
 	fs.StringVar(&streams, "streams", "", "concurrent streams, comma-separated (with -modes and -interval: the loads are every streams x modes pair, in place of -loads)")
-	fs.StringVar(&modes, "modes", "paced,unpaced", "chunk pacing, paced (-chunks at -interval) and/or unpaced (back to back)")
+	fs.StringVar(&modes, "modes", "paced,unpaced", "chunk pacing, paced (-chunks at -interval) and/or unpaced (back to back); whole: requests not streamed, paced as paced")
 	fs.StringVar(&targets, "targets", "direct,revproxy,nginx,kneecap", "what to measure: direct, revproxy, rawproxy, rawedge (the floor of a Go relay, rawproxy.go), nginx, kneecap; nginx and kneecap are skipped when their binary is missing")
 	fs.IntVar(&c.rounds, "rounds", 3, "measured rounds per target and setting, interleaved across targets")
 	fs.IntVar(&c.chunks, "chunks", 64, "output chunks per paced stream")
@@ -164,11 +164,15 @@ func parseLoads(s string) ([]setting, error) {
 			out = append(out, setting{streams: streams, mode: "unpaced", interval: defaultInterval(streams)})
 			continue
 		}
+		mode := "paced"
+		if p, ok := strings.CutSuffix(pace, ":whole"); ok {
+			pace, mode = p, "whole"
+		}
 		d, err := time.ParseDuration(pace)
 		if err != nil || d <= 0 {
 			return nil, fmt.Errorf("-loads: bad interval in %q", l)
 		}
-		out = append(out, setting{streams: streams, mode: "paced", interval: d})
+		out = append(out, setting{streams: streams, mode: mode, interval: d})
 	}
 	return out, nil
 }
@@ -210,8 +214,8 @@ func crossSettings(streams, modes, intervals string) ([]setting, error) {
 	var out []setting
 	for i, n := range ns {
 		for _, m := range splitList(modes) {
-			if m != "paced" && m != "unpaced" {
-				return nil, fmt.Errorf("-modes: %q is neither paced nor unpaced", m)
+			if m != "paced" && m != "unpaced" && m != "whole" {
+				return nil, fmt.Errorf("-modes: %q is not paced, unpaced or whole", m)
 			}
 			out = append(out, setting{streams: n, mode: m, interval: ds[i]})
 		}

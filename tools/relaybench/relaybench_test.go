@@ -30,6 +30,9 @@ func TestStreamThroughEngine(t *testing.T) {
 	}{
 		{"paced", workload{streams: 3, perWorker: 2, steadyFrom: 1, chunks: 5, interval: 2 * time.Millisecond, stagger: 10 * time.Millisecond, timeout: 10 * time.Second}},
 		{"unpaced", workload{streams: 4, perWorker: 1, chunks: 50, stagger: time.Millisecond, timeout: 10 * time.Second}},
+		// Not streamed: one JSON answer after the generation, counted as
+		// its stream's events.
+		{"whole", workload{streams: 3, perWorker: 2, steadyFrom: 1, chunks: 5, interval: 2 * time.Millisecond, stagger: 10 * time.Millisecond, timeout: 10 * time.Second, whole: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := runRound(context.Background(), client, srv.URL, tc.w)
@@ -144,7 +147,10 @@ func TestLoads(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("parseLoads(%q) = %v, want %v", defaultLoads, got, want)
 	}
-	for _, bad := range []string{"100", "x5ms", "100x", "100xfast", "-1x5ms", "100x-5ms"} {
+	if got, err := parseLoads("100x20ms:whole"); err != nil || !slices.Equal(got, []setting{{streams: 100, mode: "whole", interval: 20 * time.Millisecond}}) {
+		t.Errorf("parseLoads(100x20ms:whole) = %v, %v", got, err)
+	}
+	for _, bad := range []string{"100", "x5ms", "100x", "100xfast", "-1x5ms", "100x-5ms", "100x:whole"} {
 		if _, err := parseLoads(bad); err == nil {
 			t.Errorf("parseLoads(%q): no error", bad)
 		}

@@ -1,0 +1,163 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+)
+
+// This file walks JSON that encoding/json has already found valid
+// (json.Valid): it finds the bounds of values and the members of objects
+// and arrays in place, without decoding them, for the Assembler.
+
+// rawScan is a position in valid JSON.
+type rawScan struct {
+	b []byte
+	i int
+}
+
+func (s *rawScan) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+// value moves past one value and returns its bytes.
+func (s *rawScan) value() []byte {
+	s.ws()
+	start := s.i
+	if s.i >= len(s.b) {
+		return nil
+	}
+	switch s.b[s.i] {
+	case '"':
+		s.skipString()
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				s.skipString()
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					s.i++
+					return s.b[start:s.i]
+				}
+			}
+			s.i++
+		}
+	default: // a number or a literal
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return s.b[start:s.i]
+			}
+			s.i++
+		}
+	}
+	return s.b[start:s.i]
+}
+
+func (s *rawScan) skipString() {
+	s.i++ // the opening quote
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '\\':
+			s.i += 2
+			continue
+		case '"':
+			s.i++
+			return
+		}
+		s.i++
+	}
+}
+
+// members calls fn with each member of the object v (keys with their
+// quotes), in order. It reports false if v is not an object.
+func members(v []byte, fn func(key, val []byte)) bool {
+	s := rawScan{b: v}
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return false
+	}
+	s.i++
+	for {
+		s.ws()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case '}':
+			return true
+		case ',':
+			s.i++
+			s.ws()
+		}
+		k := s.value()
+		s.ws()
+		s.i++ // ':'
+		fn(k, s.value())
+	}
+}
+
+// elements calls fn with each element of the array v, in order. It
+// reports false if v is not an array.
+func elements(v []byte, fn func(val []byte)) bool {
+	s := rawScan{b: v}
+	s.ws()
+	if s.i >= len(s.b) || s.b[s.i] != '[' {
+		return false
+	}
+	s.i++
+	for {
+		s.ws()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case ']':
+			return true
+		case ',':
+			s.i++
+		}
+		fn(s.value())
+	}
+}
+
+// keyIs reports whether the raw key (with its quotes) names name.
+func keyIs(key []byte, name string) bool {
+	if bytes.IndexByte(key, '\\') < 0 {
+		return len(key) == len(name)+2 && string(key[1:len(key)-1]) == name
+	}
+	var k string
+	return json.Unmarshal(key, &k) == nil && k == name
+}
+
+// isNull reports whether the raw value is null.
+func isNull(v []byte) bool { return string(v) == "null" }
+
+// interior is a string's bytes between its quotes, or an array's between
+// its brackets (without the white space around them).
+func interior(v []byte, array bool) []byte {
+	in := v[1 : len(v)-1]
+	if array {
+		in = bytes.TrimSpace(in)
+	}
+	return in
+}
+
+// rawIndex reads an "index" value: a whole number, or ok false.
+func rawIndex(v []byte) (int, bool) {
+	n, err := strconv.Atoi(string(v))
+	return n, err == nil && n >= 0
+}
