@@ -399,13 +399,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 			// Never the gateway's failure: the scraper only returns when
 			// egCtx ends (or for a second Run, a bug).
 			defer close(g.scraped)
-			// Off the controller's tick (every second from now): a
-			// scrape at the instant the controller moves the cap would
-			// read the engine before or after the requests the move
-			// admits, whichever goroutine ran first (in virtual time, a
-			// different run each time). Half a tick and half a
-			// millisecond later, no scrape at an interval of whole
-			// milliseconds ever lands on a tick.
+			// Just before the controller's tick (every second from
+			// now), never on it: a scrape at the instant the controller
+			// moves the cap would read the engine before or after the
+			// requests the move admits, whichever goroutine ran first
+			// (in virtual time, a different run each time). And just
+			// before, not half a second: the controller compares the
+			// engine's running and waiting counts with the requests the
+			// gateway forwarded at its tick, and half a second apart
+			// they are different requests (at a cap one above the
+			// engine's slots the engine's one waiting request showed in
+			// a reading one time in four, and its limit went unseen).
 			select {
 			case <-egCtx.Done():
 				return nil
@@ -426,8 +430,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 // scrapePhase is how long after Run starts the engine's first scrape
-// runs: off the controller's ticks (see Run).
-const scrapePhase = 500*time.Millisecond + 500*time.Microsecond
+// runs: half a millisecond before the controller's first tick (see Run).
+const scrapePhase = time.Second - 500*time.Microsecond
 
 // shutdown drains the traffic server within DrainTimeout, then the admin
 // server and the agent (which answers "drain" meanwhile), and closes the

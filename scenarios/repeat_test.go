@@ -11,10 +11,11 @@ import (
 // same outcomes and the same trajectory of the cap, whatever order Go runs
 // goroutines in (see eventSpacing). Checked on the adaptive gateway, where
 // every decision feeds back into the next, on the open-loop bursts, and on
-// users half of whom do not stream (reassembled answers).
+// users half of whom do not stream (reassembled answers), and where the
+// gateway reads the engine's metrics between its ticks (18).
 func TestRunsRepeat(t *testing.T) {
 	timing := Timing{Warmup: 20 * time.Second, Window: 60 * time.Second}
-	for _, id := range []int{4, 7, 20} {
+	for _, id := range []int{4, 7, 18, 20} {
 		sc, _ := ByID(id)
 		run := Run{Scenario: sc, Mode: Mode{Kind: "adaptive"}, Timing: timing, KneeCapacity: 0.5, Seed: 3}
 		var res [3]RunResult
