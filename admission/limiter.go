@@ -67,6 +67,24 @@ type waiter struct {
 	ticket   *Ticket
 	err      error // a sentinel cause, with state
 	state    State
+	// turn and done order the Refused hooks of waiters refused in one
+	// pass (see refuseLocked): a waiter's hook runs after turn is closed
+	// (nil: at once), and it closes done when its hook has run or it
+	// left without one.
+	turn, done chan struct{}
+}
+
+// passTurn lets the next waiter refused in the same pass call its hook,
+// once the one before has (the hooks' order stays the refusals').
+func (w *waiter) passTurn() {
+	if w.turn != nil {
+		<-w.turn
+		w.turn = nil
+	}
+	if w.done != nil {
+		close(w.done)
+		w.done = nil
+	}
 }
 
 // NewLimiter returns a limiter. It starts no goroutine.
@@ -163,10 +181,12 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			return nil, ctx.Err()
 		}
 		l.mu.Unlock()
-		// Granted (or drained) as ctx ended: hand a slot on untouched.
+		// Granted (or refused) as ctx ended: hand a slot on untouched, or
+		// the turn to call the Refused hook.
 		if w.ticket != nil {
 			w.ticket.releaseUnmeasured()
 		}
+		w.passTurn()
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
@@ -196,15 +216,38 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 }
 
 // woken returns what a waiter was woken with: a slot, or a rejection whose
-// Retry-After is computed here, outside the lock.
+// Retry-After is computed here, outside the lock, in the order the waiters
+// were refused (see refuseLocked).
 func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 	if w.err != nil {
+		if w.turn != nil {
+			<-w.turn
+			w.turn = nil
+		}
+		defer w.passTurn()
 		l.mu.Lock()
 		hooks := l.hooks
 		l.mu.Unlock()
 		return nil, l.reject(w.err, hooks, req, w.state)
 	}
 	return w.ticket, nil
+}
+
+// refuseLocked refuses a waiter taken off the queue with cause and state,
+// after prev (nil: the first refused in this pass), and returns it as the
+// next one's prev. The Refused hook is what tells each its Retry-After,
+// and the controller's answer depends on the answers before it (it sends
+// each refused request to a later release): waiters woken at one instant
+// run in no fixed order, so each one's hook waits for the one refused
+// before it, and the answers follow the queue's order, not the scheduler's.
+func (l *Limiter) refuseLocked(w, prev *waiter, cause error, st State) *waiter {
+	w.err, w.state = cause, st
+	w.done = make(chan struct{})
+	if prev != nil {
+		w.turn = prev.done
+	}
+	close(w.ready)
+	return w
 }
 
 // tryLocked grants a slot at once, refuses (cause set, with the state to
@@ -325,6 +368,7 @@ func (l *Limiter) slotFreeLocked(now time.Time) bool {
 // budget has room for the next. When waiters are held only by pacing, it
 // arms the pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
+	var prev *waiter
 	for l.s.queue.n > 0 {
 		w := l.s.queue.next()
 		if ok, why := l.fitsLocked(now, w.cand, w.flow); !ok {
@@ -335,8 +379,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
 			// It would miss its deadline from here: refused at once (as
 			// at its queue-wait bound), leaving the slot to the next.
-			w.err, w.state = ErrQueueTimeout, l.stateLocked(now, 1)
-			close(w.ready)
+			prev = l.refuseLocked(w, prev, ErrQueueTimeout, l.stateLocked(now, 1))
 			continue
 		}
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
@@ -469,12 +512,12 @@ func (l *Limiter) Drain() {
 	}
 	l.s.stop()
 	pos := 0
+	var prev *waiter
 	for l.s.queue.n > 0 {
 		pos++
 		w := l.s.queue.next()
 		l.s.queue.remove(w)
-		w.err, w.state = ErrDraining, l.stateLocked(now, pos)
-		close(w.ready)
+		prev = l.refuseLocked(w, prev, ErrDraining, l.stateLocked(now, pos))
 	}
 }
 

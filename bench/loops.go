@@ -41,6 +41,9 @@ func (r *levelRun) user(ctx context.Context, u int) {
 		if r.cfg.RetryAfterMax > 0 && rec.RetryAfter > 0 {
 			pause = max(pause, min(rec.RetryAfter, r.cfg.RetryAfterMax))
 		}
+		if r.cfg.RetryThink > 0 {
+			pause += r.cfg.RetryThink + time.Duration(u)
+		}
 		if !sleep(ctx, pause) {
 			return
 		}

@@ -71,7 +71,8 @@ const RetryAfterMax = 30 * time.Second
 // delivers the outputs of one step eventSpacing apart in batch order, a
 // closed-loop user waits a tenth of it after a completed request (so the
 // gateway has released the slot by then), and users start eventSpacing
-// apart. A microsecond is far below anything the runs measure.
+// apart, and a refused user returns a quarter of it after its Retry-After.
+// A microsecond is far below anything the runs measure.
 const eventSpacing = time.Microsecond
 
 // execute runs r in the calling goroutine's time (inside a synctest bubble
@@ -160,6 +161,10 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		// No two users act at one instant (see eventSpacing).
 		cfg.RampUp = time.Duration(r.Scenario.Users+r.Scenario.FloodUsers) * eventSpacing
 		cfg.Think = eventSpacing / 10
+		// A refused user returns off the limiter's pace timer, which
+		// fires a TTFT target (whole seconds) after a grant at the
+		// instant of the refusal.
+		cfg.RetryThink = eventSpacing / 4
 	}
 	if r.Scenario.Users == 0 {
 		cfg.Mode = bench.Open

@@ -361,11 +361,13 @@ func (s Scenario) workload(t Timing) bench.Workload {
 }
 
 // floodRequest is what a flood user does at sl: wait for the flood, send a
-// flood request during it, wait out the run after it.
+// flood request during it, wait out the run after it. Each user joins the
+// flood eventSpacing after the one before (all at FloodAt, the order they
+// queued in was whichever goroutine ran first: a different run each time).
 func (s Scenario) floodRequest(sl bench.Slot) bench.Request {
-	switch end := s.FloodAt + s.FloodFor; {
-	case sl.Elapsed < s.FloodAt:
-		return bench.Request{Idle: s.FloodAt - sl.Elapsed}
+	switch start, end := s.FloodAt+time.Duration(sl.User)*eventSpacing, s.FloodAt+s.FloodFor; {
+	case sl.Elapsed < start:
+		return bench.Request{Idle: start - sl.Elapsed}
 	case sl.Elapsed >= end:
 		return bench.Request{Idle: time.Hour}
 	}
