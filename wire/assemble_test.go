@@ -222,6 +222,7 @@ func FuzzAssembler(f *testing.F) {
 	f.Add(`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}`, `{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"}"}}]}}]}`)
 	f.Add(`{"choices":null,"\u0069d":1}`, `{"choices":[{"index":"0","delta":"x"}]}`)
 	f.Add(`{"Choices":[{"Delta":{"Content":"000"}}]}`, `{"choices":[{"delta":{"content":"0"},"delta":{"content":"1"}}]}`)
+	f.Add(`{"choices":[{"delta":{"content":"a"}}]}`, `{"choices":[{"d\u0065lta":{"cont\u0065nt":"b"}}]}`)
 	f.Fuzz(func(t *testing.T, c1, c2 string) {
 		a := NewAssembler(1 << 20)
 		var want strings.Builder
