@@ -130,7 +130,7 @@ type node struct {
 // kind kind) if new.
 func (a *Assembler) field(obj *node, k []byte, kind nodeKind) *node {
 	for i, key := range obj.keys {
-		if bytes.Equal(key, k) {
+		if sameKey(key, k) {
 			return obj.vals[i]
 		}
 	}
@@ -139,6 +139,20 @@ func (a *Assembler) field(obj *node, k []byte, kind nodeKind) *node {
 	obj.vals = append(obj.vals, n)
 	a.held += len(k)
 	return n
+}
+
+// sameKey reports whether two raw keys name the same member: the same
+// bytes, or, where either has an escape ("cont\u0065nt"), the same
+// decoded string.
+func sameKey(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if bytes.IndexByte(a, '\\') < 0 && bytes.IndexByte(b, '\\') < 0 {
+		return false
+	}
+	var x, y string
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && x == y
 }
 
 // named returns obj's member name, or nil.

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -211,12 +212,17 @@ func TestAsStream(t *testing.T) {
 
 // FuzzAssembler holds the Assembler to two things on any chunks: its body
 // is valid JSON, and a choice's content is the concatenation of the
-// chunks' contents.
+// chunks' contents. The check reads keys as the Assembler and the engines
+// do, case and all (encoding/json's structs match "Choices" to
+// "choices"), and follows no chunk with a key twice in one object (JSON
+// leaves what that means open).
 func FuzzAssembler(f *testing.F) {
 	f.Add(`{"choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}`, `{"choices":[{"index":0,"delta":{"content":"b\n"},"finish_reason":"stop"}],"usage":{"x":1}}`)
 	f.Add(`{"choices":[{"index":1,"text":"x","logprobs":{"tokens":["x"]}}]}`, `{"choices":[{"index":1,"text":"y","logprobs":{"tokens":[]}}]}`)
 	f.Add(`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}`, `{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"}"}}]}}]}`)
 	f.Add(`{"choices":null,"\u0069d":1}`, `{"choices":[{"index":"0","delta":"x"}]}`)
+	f.Add(`{"Choices":[{"Delta":{"Content":"000"}}]}`, `{"choices":[{"delta":{"content":"0"},"delta":{"content":"1"}}]}`)
+	f.Add(`{"choices":[{"delta":{"content":"a"}}]}`, `{"choices":[{"d\u0065lta":{"cont\u0065nt":"b"}}]}`)
 	f.Fuzz(func(t *testing.T, c1, c2 string) {
 		a := NewAssembler(1 << 20)
 		var want strings.Builder
@@ -224,22 +230,27 @@ func FuzzAssembler(f *testing.F) {
 			if err := a.Add([]byte(c)); err != nil {
 				return
 			}
-			var v struct {
-				Choices []struct {
-					Index *int `json:"index"`
-					Delta *struct {
-						Content *string `json:"content"`
-					} `json:"delta"`
-				} `json:"choices"`
+			if duplicateKeys([]byte(c)) {
+				return
 			}
-			if json.Unmarshal([]byte(c), &v) != nil {
+			var chunk map[string]json.RawMessage
+			if json.Unmarshal([]byte(c), &chunk) != nil {
+				return
+			}
+			var choices []map[string]json.RawMessage
+			if raw, ok := chunk["choices"]; ok && json.Unmarshal(raw, &choices) != nil {
 				return // a type the check below cannot follow
 			}
-			for _, ch := range v.Choices {
-				if ch.Index != nil || ch.Delta == nil || ch.Delta.Content == nil {
+			for _, ch := range choices {
+				var delta map[string]json.RawMessage
+				if _, ok := ch["index"]; ok || json.Unmarshal(ch["delta"], &delta) != nil || delta == nil {
 					return // only single-choice content is followed
 				}
-				want.WriteString(*ch.Delta.Content)
+				var content *string
+				if json.Unmarshal(delta["content"], &content) != nil || content == nil {
+					return
+				}
+				want.WriteString(*content)
 			}
 		}
 		body := a.Body()
@@ -249,16 +260,62 @@ func FuzzAssembler(f *testing.F) {
 		if want.Len() == 0 {
 			return
 		}
-		var got struct {
-			Choices []struct {
-				Message struct{ Content string } `json:"message"`
-			} `json:"choices"`
+		var top map[string]json.RawMessage
+		var choices []map[string]json.RawMessage
+		var message map[string]json.RawMessage
+		if json.Unmarshal(body, &top) != nil || json.Unmarshal(top["choices"], &choices) != nil || len(choices) != 1 ||
+			json.Unmarshal(choices[0]["message"], &message) != nil {
+			t.Fatalf("body %s: want one choice with a message", body)
 		}
-		if err := json.Unmarshal(body, &got); err != nil || len(got.Choices) != 1 {
-			return
+		var content string
+		if err := json.Unmarshal(message["content"], &content); err != nil {
+			t.Fatalf("body %s: message content: %v", body, err)
 		}
-		if got.Choices[0].Message.Content != want.String() && !strings.ContainsRune(want.String(), '\uFFFD') {
-			t.Fatalf("content %q, want %q", got.Choices[0].Message.Content, want.String())
+		if content != want.String() && !strings.ContainsRune(want.String(), '\uFFFD') {
+			t.Fatalf("content %q, want %q", content, want.String())
 		}
 	})
+}
+
+// duplicateKeys reports whether some object in the valid JSON data has a
+// key twice.
+func duplicateKeys(data []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type frame struct {
+		object bool
+		seen   map[string]bool
+		key    bool // the next string token is a key
+	}
+	var stack []*frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if s, ok := tok.(string); ok && top != nil && top.object && top.key {
+			if top.seen[s] {
+				return true
+			}
+			top.seen[s], top.key = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, seen: map[string]bool{}, key: true})
+			continue
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+			continue
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+		}
+		// A value ended: in an object the next token is a key.
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].key = true
+		}
+	}
 }
