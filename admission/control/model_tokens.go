@@ -401,15 +401,21 @@ func (c *Controller) tokenGap(now time.Time) func(n int) float64 {
 }
 
 // stallPer is the TPOT each running request adds by the prefills that
-// stall a request (see spread.stallPer): a mean prompt's prefill over a
-// mean output's tokens after the first. 0 without the token budget or
+// stall a request (see spread.stallPer): a mean prompt's prefill work over
+// a mean output's tokens after the first. The work is the fit's per-token
+// term alone: its base (and the decode steps a prefill waits for) is time
+// the prompt waits in the engine, which the running requests do not wait
+// for, and early in a run, while the fit is loose, it held most of the
+// prefill: counted as stall, it made every level above the one measured
+// look worse than it is (scenario 1's cap sat at 4 for two minutes where
+// main's count model reached 6 in 14 s). 0 without the token budget or
 // before the prefill is learnt.
 func (c *Controller) stallPer(outMean float64) float64 {
 	if !c.tokenBudget() || outMean <= 1 {
 		return 0
 	}
 	f := c.tok.prefill
-	return math.Max(f.c[0]+f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
+	return math.Max(f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
 }
 
 // oversizeShare is the share of the engine's time that requests too long
