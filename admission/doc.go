@@ -2,20 +2,40 @@
 // the engine now, which wait, and which are refused with an honest
 // Retry-After. It decides nothing about where the cap should be; that is
 // package admission/control (the adaptive controller) or a peer algorithm
-// (admission/peers), which change the cap only through SetLimit and
-// SetPacing and answer the limiter's hooks. This package imports slo only.
+// (admission/peers), which change the cap only through SetLimit, SetPacing
+// and SetCosts and answer the limiter's hooks. This package imports slo
+// only.
 //
 // # Overview
+//
+// A grant asks two questions, each in one place: who goes next (the
+// scheduler) and whether that request may start now (the budget). The
+// limiter asks them in turn, and owns the lock, the waiting, the timers
+// and the errors.
 //
 //   - limiter.go: [Limiter], a resizable cap on slots held at once with a
 //     bounded queue and a queue-wait bound. [Limiter.Acquire] returns
 //     a [Ticket] that is released exactly once when the stream ends.
 //     [Limiter.SetLimit] changes the cap at run time; [Limiter.Drain]
 //     rejects the queue and every later request during shutdown.
-//     [Limiter.SetPacing] paces prefills: a slot is granted only while
-//     fewer than k granted requests wait for their first token
-//     ([Ticket.FirstToken], which the proxy calls), each for at most a
-//     bound.
+//   - budget.go: what the engine holds through the limiter and whether a
+//     request may add to it: the count of slots (the cap); the prefills
+//     under way ([Limiter.SetPacing]: at most k granted requests wait for
+//     their first token, [Ticket.FirstToken], each for at most a bound);
+//     and, with [Costs] set by the controller ([Limiter.SetCosts]), the
+//     engine's work in tokens: a request starts only while its prefill,
+//     after those under way, ends before its TTFT deadline without pushing
+//     theirs past (Request.PromptTokens, estimated by the proxy), and the
+//     decode step with its KV tokens and those of the running requests
+//     ([Ticket.Generated], [Limiter.ResidentKV]) stays within the step the
+//     TPOT target allows. A request that cannot meet its deadline even with
+//     the engine to itself starts when no other prefill is under way;
+//     nothing is held by the step budget while nothing runs. A waiter
+//     whose own prefill would now end past its deadline is refused
+//     (queue_timeout) rather than served late. [Limiter.Held] counts why
+//     waiters were held.
+//   - scheduler.go: who goes next: the classes, tenants and FIFO order of
+//     fair.go and the reservations of reserve.go behind one type.
 //   - fair.go: the queue's order. [ClassConfig] are priority classes
 //     (Request.Class, strict priority at every grant, each with a share of
 //     the queue); within a class, tenants (Request.Tenant) take slots by
@@ -58,10 +78,13 @@
 // A Limiter is safe for concurrent use. One mutex guards the cap, the queue
 // (its classes, tenant flows and their counters, bounded to
 // Fairness.MaxTenants by forgetting the least recently seen idle one),
-// the hold-time mean and the tickets still prefilling (with the pace
-// timer), and every change of the count of held slots; that count is one
-// atomic counter, so the proxy can read it per chunk without the lock
-// (Running). Each queued request blocks its own goroutine on a channel
+// the hold-time mean, the budget (the tickets still prefilling, with the
+// pace timer, and the Costs), and every change of the count of held slots;
+// that count is one atomic counter, so the proxy can read it per chunk
+// without the lock (Running), and so are the KV tokens of the running
+// requests (ResidentKV: their prompts, added at the grant under the lock,
+// and their output, added by Ticket.Generated per chunk without it). Each
+// queued request blocks its own goroutine on a channel
 // that the limiter closes, under the lock, when it grants a slot or drains the queue; a
 // waiter whose context ends or whose bound expires takes the lock, and if
 // its grant raced in it hands the slot on (cancel) or keeps it (timeout).
@@ -76,7 +99,8 @@
 // The limiter owns all admission state. A Ticket belongs to the request
 // that acquired it; the proxy releases it from a defer so that a panic
 // cannot leak a slot, and tells it of the first token. The controller
-// (admission/control's Loop, or a peer) owns the decision of the cap and of
-// the prefill limit and changes them only through SetLimit and SetPacing;
-// the owner of the limiter (the gateway) installs its hooks, once.
+// (admission/control's Loop, or a peer) owns the decision of the cap, of
+// the prefill limit and of the token budget and changes them only through
+// SetLimit, SetPacing and SetCosts; the owner of the limiter (the gateway)
+// installs its hooks, once.
 package admission

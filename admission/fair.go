@@ -69,6 +69,7 @@ type fairQueue struct {
 	flows    map[flowKey]*flow
 	lru      list.List // of *flow, front = most recently used
 	n        int       // waiters in all
+	tokens   int       // their prompt tokens (estimated)
 	maxQueue int
 	fair     Fairness
 }
@@ -147,7 +148,7 @@ func (q *fairQueue) flowFor(class int, tenant string) *flow {
 
 // waitingAtOrAbove counts the waiters of class c and the classes above it:
 // a request of class c may skip the queue only when it is 0 (a lower
-// class may wait on slots held back for higher ones, see reserveLocked).
+// class may wait on slots held back for higher ones, see scheduler.reserve).
 func (q *fairQueue) waitingAtOrAbove(c int) int {
 	n := 0
 	for i := 0; i <= q.classOf(c); i++ {
@@ -212,6 +213,7 @@ func (q *fairQueue) push(w *waiter) {
 	w.elem = f.waiters.PushBack(w)
 	cq.n++
 	q.n++
+	q.tokens += w.cand.prompt
 	cq.track(f)
 }
 
@@ -222,6 +224,7 @@ func (q *fairQueue) remove(w *waiter) {
 	f.waiters.Remove(w.elem)
 	cq.n--
 	q.n--
+	q.tokens -= w.cand.prompt
 	if f.waiters.Len() == 0 {
 		if i := slices.Index(cq.active, f); i >= 0 {
 			cq.active = slices.Delete(cq.active, i, i+1)
@@ -429,11 +432,11 @@ type TenantStats struct {
 func (l *Limiter) Classes() []ClassStats {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]ClassStats, len(l.queue.classes))
-	for i, cq := range l.queue.classes {
+	out := make([]ClassStats, len(l.s.queue.classes))
+	for i, cq := range l.s.queue.classes {
 		out[i] = ClassStats{Name: cq.cfg.Name, Queued: cq.n, Granted: cq.granted, Shed: cq.shed}
 	}
-	for i, cq := range l.queue.classes {
+	for i, cq := range l.s.queue.classes {
 		for f := range cq.busy {
 			out[i].Running += f.running
 		}
@@ -447,10 +450,10 @@ func (l *Limiter) Classes() []ClassStats {
 // caller put in Request.Tenant.
 func (l *Limiter) Tenants(n int) []TenantStats {
 	l.mu.Lock()
-	all := make([]TenantStats, 0, len(l.queue.flows))
-	for _, f := range l.queue.flows {
+	all := make([]TenantStats, 0, len(l.s.queue.flows))
+	for _, f := range l.s.queue.flows {
 		all = append(all, TenantStats{
-			Class: l.queue.classes[f.key.class].cfg.Name, Tenant: f.key.tenant,
+			Class: l.s.queue.classes[f.key.class].cfg.Name, Tenant: f.key.tenant,
 			Running: f.running, Queued: f.waiters.Len(), Granted: f.granted, Served: f.served, VTC: f.vtc,
 		})
 	}

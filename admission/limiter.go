@@ -37,34 +37,29 @@ type Limiter struct {
 	origin   time.Time // base of grantSum
 
 	running atomic.Int64 // slots held; written under mu, read without it
+	// The KV tokens the running requests hold in the engine: their prompts
+	// (estimated; written under mu) and their output so far (added by
+	// Ticket.Generated without the lock). Read without the lock.
+	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	limit    int
-	queue    *fairQueue
+	b        budget    // what is held, and whether a request may add to it
+	s        scheduler // who goes next
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
 	grantSum time.Duration // sum over held slots of (grant time - origin)
 
-	// Prefill pacing (see SetPacing): at most maxPrefill granted tickets
-	// may wait for their first token at once, each for at most
-	// prefillBound; prefilling holds them oldest first. paceTimer wakes
-	// the queue when the oldest one's bound ends while requests wait.
-	maxPrefill   int
-	prefillBound time.Duration
-	prefilling   []*Ticket
-	paceTimer    *time.Timer
-
-	// Slots held back from lower classes for refused requests of higher
-	// ones until they return (reserve.go), and the timer that wakes the
-	// queue when the first of them ends.
-	reserved     []reservation
-	reserveTimer *time.Timer
+	// paceTimer wakes the queue when the oldest prefill's bound ends while
+	// requests wait with a slot free (see SetPacing).
+	paceTimer *time.Timer
 }
 
 // waiter is one queued request. ready is closed when it was granted a slot
 // (ticket set) or rejected (err set), always under the limiter's lock.
 type waiter struct {
+	cand     candidate     // what the token budget weighs of it
+	held     uint8         // the hold reasons counted for it (budget.hold)
 	flow     *flow         // the tenant's flow in its class
 	elem     *list.Element // in flow.waiters while queued
 	enqueued time.Time
@@ -72,6 +67,24 @@ type waiter struct {
 	ticket   *Ticket
 	err      error // a sentinel cause, with state
 	state    State
+	// turn and done order the Refused hooks of waiters refused in one
+	// pass (see refuseLocked): a waiter's hook runs after turn is closed
+	// (nil: at once), and it closes done when its hook has run or it
+	// left without one.
+	turn, done chan struct{}
+}
+
+// passTurn lets the next waiter refused in the same pass call its hook,
+// once the one before has (the hooks' order stays the refusals').
+func (w *waiter) passTurn() {
+	if w.turn != nil {
+		<-w.turn
+		w.turn = nil
+	}
+	if w.done != nil {
+		close(w.done)
+		w.done = nil
+	}
 }
 
 // NewLimiter returns a limiter. It starts no goroutine.
@@ -79,9 +92,9 @@ func NewLimiter(cfg Config) *Limiter {
 	l := &Limiter{
 		maxQueue: max(cfg.MaxQueue, 0),
 		origin:   time.Now(),
-		limit:    max(cfg.Limit, 1),
+		b:        newBudget(cfg.Limit),
 		hooks:    cfg.Hooks,
-		queue:    newFairQueue(cfg.Classes, max(cfg.MaxQueue, 0), cfg.Fairness),
+		s:        newScheduler(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
 	return l
 }
@@ -134,7 +147,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		}
 	}
 
-	w := &waiter{enqueued: start, ready: make(chan struct{})}
+	w := &waiter{enqueued: start, ready: make(chan struct{}), cand: candidateOf(req)}
 	l.mu.Lock()
 	// The state may have moved while the gate thought: check again.
 	t, cause, st, queue = l.tryLocked(time.Now(), start, req)
@@ -146,7 +159,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		}
 		return t, nil
 	}
-	w.flow = l.queue.flowFor(req.Class, req.Tenant)
+	w.flow = l.s.queue.flowFor(req.Class, req.Tenant)
 	l.enqueueLocked(time.Now(), w)
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
@@ -168,20 +181,25 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			return nil, ctx.Err()
 		}
 		l.mu.Unlock()
-		// Granted (or drained) as ctx ended: hand a slot on untouched.
+		// Granted (or refused) as ctx ended: hand a slot on untouched, or
+		// the turn to call the Refused hook.
 		if w.ticket != nil {
 			w.ticket.releaseUnmeasured()
 		}
+		w.passTurn()
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
-		first := l.queue.next() == w
-		pos := l.queue.positionOf(w)
-		if first && l.runningLocked()+l.heldForLocked(time.Now(), w.flow) < l.limit && !l.draining && l.leaveLocked(w) {
+		first := l.s.queue.next() == w
+		pos := l.s.queue.positionOf(w)
+		if now := time.Now(); first && l.heldOnlyByPacingLocked(now, w) && !l.draining && l.leaveLocked(w) {
 			// Held only by pacing, with a slot free: pacing defers a
-			// prefill to spare the one running, it does not refuse.
-			l.consumeLocked(w.flow, false)
-			w.ticket = l.grantLocked(time.Now(), w.enqueued, w.flow)
+			// prefill to spare the one under way, it does not refuse. (The
+			// token budget does: a request held for its prefill past its
+			// deadline would miss it, and the step with one held for the
+			// step budget would spoil the running requests' time per
+			// token.)
+			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false)
 			l.mu.Unlock()
 			return w.ticket, nil
 		}
@@ -198,15 +216,38 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 }
 
 // woken returns what a waiter was woken with: a slot, or a rejection whose
-// Retry-After is computed here, outside the lock.
+// Retry-After is computed here, outside the lock, in the order the waiters
+// were refused (see refuseLocked).
 func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 	if w.err != nil {
+		if w.turn != nil {
+			<-w.turn
+			w.turn = nil
+		}
+		defer w.passTurn()
 		l.mu.Lock()
 		hooks := l.hooks
 		l.mu.Unlock()
 		return nil, l.reject(w.err, hooks, req, w.state)
 	}
 	return w.ticket, nil
+}
+
+// refuseLocked refuses a waiter taken off the queue with cause and state,
+// after prev (nil: the first refused in this pass), and returns it as the
+// next one's prev. The Refused hook is what tells each its Retry-After,
+// and the controller's answer depends on the answers before it (it sends
+// each refused request to a later release): waiters woken at one instant
+// run in no fixed order, so each one's hook waits for the one refused
+// before it, and the answers follow the queue's order, not the scheduler's.
+func (l *Limiter) refuseLocked(w, prev *waiter, cause error, st State) *waiter {
+	w.err, w.state = cause, st
+	w.done = make(chan struct{})
+	if prev != nil {
+		w.turn = prev.done
+	}
+	close(w.ready)
+	return w
 }
 
 // tryLocked grants a slot at once, refuses (cause set, with the state to
@@ -217,39 +258,43 @@ func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 // take.
 func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause error, st State, queue bool) {
 	if l.draining {
-		return nil, ErrDraining, l.stateLocked(now, l.queue.n+1), false
+		return nil, ErrDraining, l.stateLocked(now, l.s.queue.n+1), false
 	}
-	f := l.queue.flowFor(req.Class, req.Tenant)
-	if (l.queue.waitingAtOrAbove(f.key.class) == 0 || (l.ownReservationLocked(now, f) && l.queue.first(f))) &&
-		l.mayGrantFlowLocked(now, f) {
-		// Perhaps a refused request come back: its reservation ends. (A
-		// tenant's slot held back from the waiters it goes before is its
-		// own to take, see reserveLocked.)
-		l.consumeLocked(f, true)
-		return l.grantLocked(now, start, f), nil, State{}, false
+	f := l.s.queue.flowFor(req.Class, req.Tenant)
+	c := candidateOf(req)
+	if l.b.overPrefillTokens(now, c.prompt, l.s.queue.tokens) {
+		return nil, ErrQueueFull, l.stateLocked(now, l.s.queue.position(f)), false
 	}
-	st = l.stateLocked(now, l.queue.position(f))
-	if _, ok := l.queue.room(f); !ok {
+	if l.s.mayJump(now, f) {
+		if ok, _ := l.fitsLocked(now, c, f); ok {
+			// Perhaps a refused request come back: its reservation ends.
+			// (A tenant's slot held back from the waiters it goes before
+			// is its own to take, see scheduler.reserve.)
+			return l.grantLocked(now, start, f, c, true), nil, State{}, false
+		}
+	}
+	st = l.stateLocked(now, l.s.queue.position(f))
+	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
+	if l.b.costs.knowsPrefill() {
+		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
+	}
+	if _, ok := l.s.queue.room(f); !ok {
 		return nil, ErrQueueFull, st, false
 	}
 	return nil, nil, st, true
 }
 
-// enqueueLocked queues w, displacing the waiter the queue's room rule
-// names (refused with ErrShed) when the queue has no room for w.
+// enqueueLocked queues w; a waiter it displaces is refused with ErrShed.
 func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
-	if v, _ := l.queue.room(w.flow); v != nil {
-		l.queue.remove(v)
-		l.queue.classes[v.flow.key.class].shed++
-		v.err, v.state = ErrShed, l.stateLocked(now, l.queue.position(v.flow))
+	if v := l.s.enqueue(w); v != nil {
+		v.err, v.state = ErrShed, l.stateLocked(now, l.s.queue.position(v.flow))
 		close(v.ready)
 	}
-	l.queue.push(w)
 }
 
 // reject builds a rejection; call it without the lock held.
 // A refused request of a higher class has a slot reserved for its return
-// (see reserveLocked).
+// (see scheduler.reserve).
 func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
 	re := &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
 	l.noteRefusal(re, req)
@@ -279,69 +324,65 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 		return false
 	default:
 	}
-	l.queue.remove(w)
+	l.s.queue.remove(w)
 	return true
 }
 
-func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow) *Ticket {
+// grantLocked grants f's request c a slot: the scheduler counts the grant
+// (a reservation it ends: f's own, or with class its class's; its fair
+// share) and the budget takes it.
+func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, class bool) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f}
-	t.charged = l.queue.charge(f)
-	if l.maxPrefill > 0 {
-		t.prefilling = true
-		l.prefilling = append(l.prefilling, t)
-	}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
+	t.charged = l.s.granted(f, class)
+	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
+	l.kvPrompt.Add(int64(t.est))
 	return t
 }
 
-// mayGrantLocked reports whether a slot is free and pacing lets one more
-// request start its prefill.
-func (l *Limiter) mayGrantLocked(now time.Time) bool {
-	return l.runningLocked() < l.limit && (l.maxPrefill == 0 || l.livePrefillsLocked(now) < l.maxPrefill)
+// fitsLocked reports whether a request c of flow f may take a slot now:
+// the budget has room for it beside the slots held back from f (see
+// scheduler.heldFor), and if not the reason.
+func (l *Limiter) fitsLocked(now time.Time, c candidate, f *flow) (bool, int) {
+	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.s.heldFor(now, f))
 }
 
-// livePrefillsLocked drops the tickets whose prefill bound has passed and
-// returns how many still wait for their first token.
-func (l *Limiter) livePrefillsLocked(now time.Time) int {
-	i := 0
-	for i < len(l.prefilling) && now.Sub(l.prefilling[i].granted) >= l.prefillBound {
-		l.prefilling[i].prefilling = false
-		i++
-	}
-	if i > 0 {
-		l.prefilling = append(l.prefilling[:0], l.prefilling[i:]...)
-	}
-	return len(l.prefilling)
-}
-
-// endPrefillLocked takes t out of the tickets waiting for a first token.
-func (l *Limiter) endPrefillLocked(t *Ticket) bool {
-	if !t.prefilling {
+// heldOnlyByPacingLocked reports whether w would be granted now but for
+// the prefill limit.
+func (l *Limiter) heldOnlyByPacingLocked(now time.Time, w *waiter) bool {
+	running := l.runningLocked()
+	if running+l.s.heldFor(now, w.flow) >= l.b.limit {
 		return false
 	}
-	t.prefilling = false
-	for i, p := range l.prefilling {
-		if p == t {
-			l.prefilling = append(l.prefilling[:i], l.prefilling[i+1:]...)
-			break
-		}
-	}
-	return true
+	return l.b.prefillFits(now, w.cand, running, l.ResidentKV()) && l.b.stepFits(w.cand, running, l.ResidentKV())
 }
 
-// wakeLocked grants slots to waiters, in the queue's order, while any are
-// free and pacing allows. When waiters are held only by pacing, it arms the
-// pace timer for the end of the oldest prefill's bound.
+// slotFreeLocked reports whether a slot is free and pacing lets one more
+// request start its prefill, whoever it is.
+func (l *Limiter) slotFreeLocked(now time.Time) bool {
+	return l.runningLocked() < l.b.limit && l.b.paceFree(now)
+}
+
+// wakeLocked grants slots to waiters, in the queue's order, while the
+// budget has room for the next. When waiters are held only by pacing, it
+// arms the pace timer for the end of the oldest prefill's bound.
 func (l *Limiter) wakeLocked(now time.Time) {
-	for l.queue.n > 0 && l.mayGrantLocked(now) {
-		w := l.queue.next()
-		if !l.mayGrantFlowLocked(now, w.flow) {
-			break // the free slots are held back for a higher class or a tenant before it
+	var prev *waiter
+	for l.s.queue.n > 0 {
+		w := l.s.queue.next()
+		if ok, why := l.fitsLocked(now, w.cand, w.flow); !ok {
+			l.b.hold(w, why)
+			break
 		}
-		l.queue.remove(w)
-		l.consumeLocked(w.flow, false) // a tenant's refused request come back and queued
-		w.ticket = l.grantLocked(now, w.enqueued, w.flow)
+		l.s.queue.remove(w)
+		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
+			// It would miss its deadline from here: refused at once (as
+			// at its queue-wait bound), leaving the slot to the next.
+			prev = l.refuseLocked(w, prev, ErrQueueTimeout, l.stateLocked(now, 1))
+			continue
+		}
+		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
@@ -351,8 +392,8 @@ func (l *Limiter) wakeLocked(now time.Time) {
 // armPaceLocked arms the pace timer when requests wait only because of
 // pacing, for the end of the oldest prefill's bound.
 func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.queue.n > 0 && l.runningLocked() < l.limit && len(l.prefilling) > 0 && l.paceTimer == nil {
-		d := l.prefilling[0].granted.Add(l.prefillBound).Sub(now)
+	if l.s.queue.n > 0 && l.runningLocked() < l.b.limit && len(l.b.prefilling) > 0 && l.b.prefillBound > 0 && l.paceTimer == nil {
+		d := l.b.prefilling[0].prefillUntil.Sub(now)
 		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
 	}
 }
@@ -375,20 +416,30 @@ func (l *Limiter) paceExpired() {
 func (l *Limiter) SetPacing(maxPrefill int, bound time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.maxPrefill, l.prefillBound = max(maxPrefill, 0), bound
-	if l.maxPrefill == 0 {
-		for _, t := range l.prefilling {
-			t.prefilling = false
-		}
-		l.prefilling = l.prefilling[:0]
-	}
+	l.b.maxPrefill, l.b.prefillBound = max(maxPrefill, 0), bound
+	l.wakeLocked(time.Now())
+}
+
+// SetCosts sets the token budget: what the engine's work costs, as a
+// controller learned it (see Costs). A request is granted a slot only if,
+// beside the count cap and the prefill limit, its prefill would end before
+// its TTFT deadline without pushing a prefill under way past its own, and
+// the decode step with it stays within Costs.StepLimit. A request that
+// would miss its deadline even with the engine to itself starts when no
+// other prefill is under way, and one is never held by the step budget
+// while nothing runs: no request is starved for its size. The zero Costs
+// turn the budget off.
+func (l *Limiter) SetCosts(c Costs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.costs = c
 	l.wakeLocked(time.Now())
 }
 
 // firstToken ends t's prefill and grants a slot it held back.
 func (l *Limiter) firstToken(t *Ticket) {
 	l.mu.Lock()
-	if l.endPrefillLocked(t) {
+	if l.b.firstToken(t) {
 		l.wakeLocked(time.Now())
 	}
 	l.mu.Unlock()
@@ -401,8 +452,10 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.mu.Lock()
 	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
-	l.endPrefillLocked(t)
-	l.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
+	l.b.release(t)
+	l.kvPrompt.Add(-int64(t.est))
+	l.kvOut.Add(-t.generated.Swap(0))
+	l.s.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))
 	if measured {
 		hold := now.Sub(t.granted)
 		if l.meanHold == 0 {
@@ -420,7 +473,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 // and grants no more until they are below the new cap.
 func (l *Limiter) SetLimit(n int) {
 	l.mu.Lock()
-	l.limit = max(n, 1)
+	l.b.limit = max(n, 1)
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
 }
@@ -429,8 +482,13 @@ func (l *Limiter) SetLimit(n int) {
 func (l *Limiter) Limit() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limit
+	return l.b.limit
 }
+
+// ResidentKV returns the KV tokens the running requests hold in the engine
+// as the limiter counts them: their estimated prompts and the output they
+// have been told of (Ticket.Generated). It takes no lock.
+func (l *Limiter) ResidentKV() int { return int(max(l.kvPrompt.Load()+l.kvOut.Load(), 0)) }
 
 // Running returns the number of slots held. It takes no lock, so the proxy
 // may call it for every chunk.
@@ -448,19 +506,18 @@ func (l *Limiter) Drain() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.draining = true
-	for _, t := range []**time.Timer{&l.paceTimer, &l.reserveTimer} {
-		if *t != nil {
-			(*t).Stop()
-			*t = nil
-		}
+	if l.paceTimer != nil {
+		l.paceTimer.Stop()
+		l.paceTimer = nil
 	}
+	l.s.stop()
 	pos := 0
-	for l.queue.n > 0 {
+	var prev *waiter
+	for l.s.queue.n > 0 {
 		pos++
-		w := l.queue.next()
-		l.queue.remove(w)
-		w.err, w.state = ErrDraining, l.stateLocked(now, pos)
-		close(w.ready)
+		w := l.s.queue.next()
+		l.s.queue.remove(w)
+		prev = l.refuseLocked(w, prev, ErrDraining, l.stateLocked(now, pos))
 	}
 }
 
@@ -480,11 +537,15 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
 	}
 	st := State{
-		Now: now, Limit: l.limit, Running: l.runningLocked(), Queued: l.queue.n,
+		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.s.queue.n,
 		Position: pos, MeanHold: hold, Draining: l.draining,
 	}
-	if l.maxPrefill > 0 && l.livePrefillsLocked(now) > 0 {
-		st.Prefilling, st.PrefillAge = len(l.prefilling), now.Sub(l.prefilling[0].granted)
+	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {
+		st.Prefilling, st.PrefillAge = len(l.b.prefilling), now.Sub(l.b.prefilling[0].granted)
 	}
+	for _, t := range l.b.prefilling {
+		st.PrefillTokens += t.est
+	}
+	st.ResidentKV = l.ResidentKV()
 	return st
 }

@@ -25,6 +25,11 @@ type Request struct {
 	// class (see Fairness); "" is one anonymous tenant. The limiter keeps
 	// it as given: the caller bounds its length and never passes a secret.
 	Tenant string
+	// PromptTokens is the request's prompt in tokens as the caller
+	// estimates it before the engine answers (0: unknown); MaxOutput is its
+	// bound on output tokens over all its choices (0: none given). The
+	// token budget (SetCosts) reads them.
+	PromptTokens, MaxOutput int
 }
 
 // State is a snapshot of the limiter, as hooks and rejections see it.
@@ -49,6 +54,18 @@ type State struct {
 	// without pacing.
 	Prefilling int
 	PrefillAge time.Duration
+	// PrefillWait is, for a request about to queue, the predicted time
+	// until a prefill of it could start without pushing a prefill under
+	// way past its deadline (see SetCosts); 0 without Costs or with none
+	// under way.
+	PrefillWait time.Duration
+	// PrefillOwn is, for a request about to queue, its own predicted
+	// prefill on the engine as it runs now (0 without Costs).
+	PrefillOwn time.Duration
+	// PrefillTokens is the prompt tokens (estimated) of the granted
+	// requests still waiting for their first token, and ResidentKV the KV
+	// tokens the running requests hold (see Limiter.ResidentKV).
+	PrefillTokens, ResidentKV int
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:

@@ -20,12 +20,12 @@ func (l *Limiter) Precheck(req Request) *RejectError {
 	var st State
 	switch {
 	case l.draining:
-		cause, st = ErrDraining, l.stateLocked(now, l.queue.n+1)
-	case l.queue.n == 0 && l.mayGrantLocked(now):
+		cause, st = ErrDraining, l.stateLocked(now, l.s.queue.n+1)
+	case l.s.queue.n == 0 && l.slotFreeLocked(now):
 	default:
-		f := l.queue.flowFor(req.Class, req.Tenant)
-		if _, ok := l.queue.room(f); !ok {
-			cause, st = ErrQueueFull, l.stateLocked(now, l.queue.position(f))
+		f := l.s.queue.flowFor(req.Class, req.Tenant)
+		if _, ok := l.s.queue.room(f); !ok {
+			cause, st = ErrQueueFull, l.stateLocked(now, l.s.queue.position(f))
 		}
 	}
 	hooks := l.hooks

@@ -4,7 +4,7 @@ import "time"
 
 // reservation is a slot held back for a refused request, told to come
 // back by until: from the classes below class, and, when flow is set (a
-// tenant under its share, see underShareLocked), from the tenants of its
+// tenant under its share, see underShare), from the tenants of its
 // class it goes before (see aheadOf).
 type reservation struct {
 	class int
@@ -17,7 +17,7 @@ type reservation struct {
 // reserved for its return.
 const reserveGrace = 500 * time.Millisecond
 
-// reserveLocked holds a slot back for the return (after retry) of a
+// reserve holds a slot back for the return (after retry) of a
 // refused request of flow f: a request that was told to wait is demand
 // the slot must keep for, or a request that ranks below it would take the
 // slot at once and the returning request would find it held for a whole
@@ -27,52 +27,52 @@ const reserveGrace = 500 * time.Millisecond
 // reservation replaces the one that ends last if it ends sooner. A
 // request of the lowest class reserves only as a tenant under its share
 // (nothing is below it).
-func (l *Limiter) reserveLocked(now time.Time, f *flow, tenant bool, retry time.Duration) {
+func (s *scheduler) reserve(now time.Time, f *flow, tenant bool, retry time.Duration, limit int) {
 	class := f.key.class
-	if (class == len(l.queue.classes)-1 && !tenant) || retry <= 0 {
+	if (class == len(s.queue.classes)-1 && !tenant) || retry <= 0 {
 		return
 	}
-	l.dropExpiredLocked(now)
+	s.dropExpired(now)
 	until := now.Add(retry.Truncate(time.Second) + time.Second + reserveGrace)
-	if len(l.reserved) >= l.limit {
+	if len(s.reserved) >= limit {
 		last := 0
-		for i, r := range l.reserved {
-			if r.until.After(l.reserved[last].until) {
+		for i, r := range s.reserved {
+			if r.until.After(s.reserved[last].until) {
 				last = i
 			}
 		}
-		if !until.Before(l.reserved[last].until) {
+		if !until.Before(s.reserved[last].until) {
 			return
 		}
-		l.reserved = append(l.reserved[:last], l.reserved[last+1:]...)
+		s.reserved = append(s.reserved[:last], s.reserved[last+1:]...)
 	}
 	r := reservation{class: class, until: until}
 	if tenant {
 		r.flow = f
 	}
-	l.reserved = append(l.reserved, r)
+	s.reserved = append(s.reserved, r)
 }
 
-// dropExpiredLocked drops the reservations that ended, and those of a
+// dropExpired drops the reservations that ended, and those of a
 // tenant whose flow was forgotten (see flowFor): its return finds a new
 // flow, which cannot consume them.
-func (l *Limiter) dropExpiredLocked(now time.Time) {
-	kept := l.reserved[:0]
-	for _, r := range l.reserved {
-		if r.until.After(now) && (r.flow == nil || l.queue.flows[r.flow.key] == r.flow) {
+func (s *scheduler) dropExpired(now time.Time) {
+	kept := s.reserved[:0]
+	for _, r := range s.reserved {
+		if r.until.After(now) && (r.flow == nil || s.queue.flows[r.flow.key] == r.flow) {
 			kept = append(kept, r)
 		}
 	}
-	clear(l.reserved[len(kept):])
-	l.reserved = kept
+	clear(s.reserved[len(kept):])
+	s.reserved = kept
 }
 
-// heldForLocked counts the slots held back from flow f: those reserved by
+// heldFor counts the slots held back from flow f: those reserved by
 // a higher class, and by a tenant of f's class that goes before f.
-func (l *Limiter) heldForLocked(now time.Time, f *flow) int {
-	l.dropExpiredLocked(now)
+func (s *scheduler) heldFor(now time.Time, f *flow) int {
+	s.dropExpired(now)
 	n := 0
-	for _, r := range l.reserved {
+	for _, r := range s.reserved {
 		if r.class < f.key.class || (r.flow != nil && r.flow != f && r.class == f.key.class && aheadOf(r.flow, f, 0)) {
 			n++
 		}
@@ -90,14 +90,14 @@ func aheadOf(a, b *flow, extra int) bool {
 	return a.vtc <= b.vtc && float64(a.running+extra)/a.weight < float64(b.running)/b.weight
 }
 
-// underShareLocked reports whether a refused request of flow f holds a
+// underShare reports whether a refused request of flow f holds a
 // slot back from the tenants of its class: f goes before (aheadOf, counting
 // the slots it holds reserved already and the one it asks for) at least
 // one other tenant of its class that runs or waits (the class's busy
 // set: bounded by the cap and the queue, not by the tenants known).
-func (l *Limiter) underShareLocked(f *flow) bool {
-	own := l.ownReservations(f)
-	for g := range l.queue.classes[f.key.class].busy {
+func (s *scheduler) underShare(f *flow) bool {
+	own := s.ownReservations(f)
+	for g := range s.queue.classes[f.key.class].busy {
 		if g != f && aheadOf(f, g, own+1) {
 			return true
 		}
@@ -105,17 +105,17 @@ func (l *Limiter) underShareLocked(f *flow) bool {
 	return false
 }
 
-// ownReservationLocked reports whether f holds a live tenant reservation.
-func (l *Limiter) ownReservationLocked(now time.Time, f *flow) bool {
-	l.dropExpiredLocked(now)
-	return l.ownReservations(f) > 0
+// ownReservation reports whether f holds a live tenant reservation.
+func (s *scheduler) ownReservation(now time.Time, f *flow) bool {
+	s.dropExpired(now)
+	return s.ownReservations(f) > 0
 }
 
 // ownReservations counts the live tenant reservations of f (call
-// dropExpiredLocked first).
-func (l *Limiter) ownReservations(f *flow) int {
+// dropExpired first).
+func (s *scheduler) ownReservations(f *flow) int {
 	n := 0
-	for _, r := range l.reserved {
+	for _, r := range s.reserved {
 		if r.flow == f {
 			n++
 		}
@@ -123,61 +123,55 @@ func (l *Limiter) ownReservations(f *flow) int {
 	return n
 }
 
-// consumeLocked ends one reservation of f (the earliest to end): a request
+// consume ends one reservation of f (the earliest to end): a request
 // of f was granted a slot, as the one refused would have been on its
 // return. It takes f's own (tenant) reservation first, else, when class
 // is set, one of its class's.
-func (l *Limiter) consumeLocked(f *flow, class bool) {
+func (s *scheduler) consume(f *flow, class bool) {
 	at := -1
-	for i, r := range l.reserved {
-		if r.flow == f && (at < 0 || r.until.Before(l.reserved[at].until)) {
+	for i, r := range s.reserved {
+		if r.flow == f && (at < 0 || r.until.Before(s.reserved[at].until)) {
 			at = i
 		}
 	}
 	if at < 0 && class {
-		for i, r := range l.reserved {
-			if r.class == f.key.class && r.flow == nil && (at < 0 || r.until.Before(l.reserved[at].until)) {
+		for i, r := range s.reserved {
+			if r.class == f.key.class && r.flow == nil && (at < 0 || r.until.Before(s.reserved[at].until)) {
 				at = i
 			}
 		}
 	}
 	if at >= 0 {
-		l.reserved = append(l.reserved[:at], l.reserved[at+1:]...)
+		s.reserved = append(s.reserved[:at], s.reserved[at+1:]...)
 	}
-}
-
-// mayGrantFlowLocked reports whether a request of flow f may take a slot
-// now: one is free beyond those held back from it, and pacing lets one
-// more prefill start.
-func (l *Limiter) mayGrantFlowLocked(now time.Time, f *flow) bool {
-	return l.mayGrantLocked(now) && l.runningLocked()+l.heldForLocked(now, f) < l.limit
 }
 
 // armReserveLocked arms the reservation timer when the next waiter is held
 // only by reservations, for the end of the first of them.
 func (l *Limiter) armReserveLocked(now time.Time) {
-	if l.reserveTimer != nil || l.queue.n == 0 || !l.mayGrantLocked(now) {
+	s := &l.s
+	if s.reserveTimer != nil || s.queue.n == 0 || !l.slotFreeLocked(now) {
 		return
 	}
-	if w := l.queue.next(); l.mayGrantFlowLocked(now, w.flow) || len(l.reserved) == 0 {
+	if w := s.queue.next(); l.runningLocked()+s.heldFor(now, w.flow) < l.b.limit || len(s.reserved) == 0 {
 		return // not held by a reservation (dropped the expired ones)
 	}
-	first := l.reserved[0].until
-	for _, r := range l.reserved[1:] {
+	first := s.reserved[0].until
+	for _, r := range s.reserved[1:] {
 		if r.until.Before(first) {
 			first = r.until
 		}
 	}
-	l.reserveTimer = time.AfterFunc(max(first.Sub(now), 0), func() {
+	s.reserveTimer = time.AfterFunc(max(first.Sub(now), 0), func() {
 		l.mu.Lock()
-		l.reserveTimer = nil
+		l.s.reserveTimer = nil
 		l.wakeLocked(time.Now())
 		l.mu.Unlock()
 	})
 }
 
 // noteRefusal reserves a slot for a refused request's return (see
-// reserveLocked); call it without the lock held. A tenant under its share
+// scheduler.reserve); call it without the lock held. A tenant under its share
 // goes before the tenants it holds the slot back from, so its wait is
 // for the next slot free for it: its Retry-After is at most the
 // limiter's own estimate of that (EstimateRetryAfter at the place after
@@ -189,18 +183,19 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.queue.flows[flowKey{l.queue.classOf(req.Class), req.Tenant}]
+	s := &l.s
+	f := s.queue.flows[flowKey{s.queue.classOf(req.Class), req.Tenant}]
 	if f == nil {
 		return // forgotten (too many tenants): nothing to reserve for
 	}
-	l.dropExpiredLocked(now)
-	tenant := l.underShareLocked(f)
+	s.dropExpired(now)
+	tenant := s.underShare(f)
 	if tenant {
-		ahead := l.heldForLocked(now, f) + l.ownReservations(f)
-		pos := max(1, ahead+1-(l.limit-l.runningLocked()))
+		ahead := s.heldFor(now, f) + s.ownReservations(f)
+		pos := max(1, ahead+1-(l.b.limit-l.runningLocked()))
 		if d := EstimateRetryAfter(l.stateLocked(now, pos)); d > 0 {
 			re.RetryAfter = min(re.RetryAfter, d)
 		}
 	}
-	l.reserveLocked(now, f, tenant, re.RetryAfter)
+	s.reserve(now, f, tenant, re.RetryAfter, l.b.limit)
 }

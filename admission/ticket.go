@@ -19,6 +19,17 @@ type Ticket struct {
 	flow           *flow   // the tenant's flow; guarded by l.mu
 	charged        float64 // what the grant charged the flow; guarded by l.mu
 	prompt, output atomic.Int64
+
+	// What the token budget weighs (budget.go), set at the grant: the
+	// estimated prompt, the TTFT deadline (zero: none), and the prefill
+	// work ahead of it then; generated counts its output (Generated).
+	est          int
+	deadline     time.Time
+	prefillUntil time.Time // it counts as prefilling until then at most
+	aheadTokens  int
+	aheadSpan    time.Duration
+	step         time.Duration // the decode step predicted at the grant (0: unknown)
+	generated    atomic.Int64
 }
 
 // Served records the tokens the request was served (prompt and output,
@@ -30,6 +41,28 @@ func (t *Ticket) Served(prompt, output int) {
 		t.prompt.Store(int64(prompt))
 		t.output.Store(int64(output))
 	}
+}
+
+// Generated tells the limiter that n more output tokens of the request
+// were produced (the proxy calls it per output chunk): they are resident
+// in the engine's KV cache and count to the step budget. It takes no lock.
+func (t *Ticket) Generated(n int) {
+	if t != nil && !t.released.Load() {
+		t.generated.Add(int64(n))
+		t.l.kvOut.Add(int64(n))
+	}
+}
+
+// PrefillAhead returns the prompt tokens (estimated) of the requests that
+// waited for their first token when this one was granted, the time since
+// the oldest of them was granted (the prefill work the engine did before
+// or with this one's), and the decode step the token budget predicted
+// then (0 before it knew).
+func (t *Ticket) PrefillAhead() (tokens int, span, step time.Duration) {
+	if t == nil {
+		return 0, 0, 0
+	}
+	return t.aheadTokens, t.aheadSpan, t.step
 }
 
 // FirstToken tells the limiter that the request's first output arrived:

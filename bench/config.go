@@ -342,6 +342,14 @@ type Config struct {
 	// server's Retry-After, at most this long, before their next request.
 	// Zero means they do not wait.
 	RetryAfterMax time.Duration
+	// RetryThink is added to every pause after a refusal, and a
+	// nanosecond per user (user u waits RetryThink + u ns more). In a
+	// synctest bubble it keeps a user's return off the instants the
+	// server armed its own timers for at the refusal (the instant plus
+	// whole seconds, as Retry-After is), and users refused at one instant
+	// (told whole seconds alike) from returning at one instant: where
+	// which goroutine runs first would decide the outcome.
+	RetryThink time.Duration
 
 	// Progress, when set, is called from Run's goroutine about once a second
 	// (and at each level's end) with the state of the level running.

@@ -22,6 +22,12 @@ func (r *levelRun) user(ctx context.Context, u int) {
 	}
 	for seq := 0; ctx.Err() == nil; seq++ {
 		req := r.cfg.Workload.Next(Slot{Level: r.index, User: u, Seq: seq, Elapsed: time.Since(r.start), Rand: rng})
+		if req.Idle > 0 {
+			if !sleep(ctx, req.Idle) {
+				return
+			}
+			continue
+		}
 		rec := r.cfg.send(ctx, r.client, r.url, req, time.Now())
 		rec.User = u
 		r.add(withTargets(rec, req))
@@ -34,6 +40,9 @@ func (r *levelRun) user(ctx context.Context, u int) {
 		pause := minPause
 		if r.cfg.RetryAfterMax > 0 && rec.RetryAfter > 0 {
 			pause = max(pause, min(rec.RetryAfter, r.cfg.RetryAfterMax))
+		}
+		if r.cfg.RetryThink > 0 {
+			pause += r.cfg.RetryThink + time.Duration(u)
 		}
 		if !sleep(ctx, pause) {
 			return

@@ -50,6 +50,11 @@ type Request struct {
 	Targets Targets
 	// Class is a label kept on the Record, to split results by kind.
 	Class string
+	// Idle, when positive, sends nothing: a closed-loop user waits this
+	// long and asks the workload again (a user who is away, as the users of
+	// a flood before and after it); nothing is recorded. An open-loop
+	// arrival ignores it and sends the request.
+	Idle time.Duration
 	// NoStream sends this request with "stream": false (as the OpenAI SDKs
 	// do by default) and reads its whole answer; see Record.
 	NoStream bool

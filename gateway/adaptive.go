@@ -39,16 +39,24 @@ func newAdaptive(h Host, onChange func(time.Time, control.Decision)) (*adaptive,
 	cc := control.ControllerConfig{
 		TTFT: t.TTFT, TPOT: t.TPOT, E2E: t.E2E,
 		Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
-		NoPacing:   !h.Config.PrefillPacing,
-		InitialCap: h.Config.InitialCap,
+		NoPacing:      !h.Config.PrefillPacing,
+		NoTokenBudget: !h.Config.TokenBudget,
+		InitialCap:    h.Config.InitialCap,
 	}
 	if n := h.Config.MaxConcurrency; n > 0 {
 		cc.Fixed, cc.InitialCap, cc.MaxCap = true, n, max(cc.MaxCap, n)
 	}
-	l, err := control.NewLoop(control.LoopConfig{
+	lc := control.LoopConfig{
 		Controller: cc, Limiter: h.Limiter, Logger: h.Logger, Registerer: h.Registerer,
 		OnChange: onChange,
-	})
+	}
+	if em := h.EngineMetrics; em != nil {
+		lc.Engine = func() (control.EngineReading, bool) {
+			r, ok := em.Latest()
+			return control.EngineReading{KVTokens: r.KVTokens, Running: r.Running, Waiting: r.Waiting}, ok
+		}
+	}
+	l, err := control.NewLoop(lc)
 	if err != nil {
 		return nil, err
 	}

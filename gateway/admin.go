@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
+
+	"github.com/kneecap/kneecap/admission"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kneecap/kneecap/admission/control"
@@ -103,6 +105,10 @@ type Status struct {
 	// "other".
 	Classes []ClassStatus  `json:"classes"`
 	Tenants []TenantStatus `json:"tenants"`
+	// Admission is what the limiter holds beside the count: the prefill
+	// work under way, the KV tokens of the running requests, and why
+	// requests were held (see admission.HeldCounts).
+	Admission AdmissionStatus `json:"admission"`
 	// NotStreamed is what the gateway does with requests whose clients do
 	// not stream.
 	NotStreamed NotStreamedStatus `json:"not_streamed"`
@@ -112,6 +118,13 @@ type Status struct {
 	// (state "off" without one): its state, last error, the newest
 	// reading of the KV cache, scrapes and failures.
 	EngineMetrics enginemetrics.Status `json:"engine_metrics"`
+}
+
+// AdmissionStatus is the limiter's token state for /status.
+type AdmissionStatus struct {
+	PrefillTokens int                  `json:"prefill_tokens"`
+	ResidentKV    int                  `json:"kv_tokens"`
+	Held          admission.HeldCounts `json:"held"`
 }
 
 // NotStreamedStatus says which generation routes reassemble a request
@@ -201,7 +214,8 @@ func (g *Gateway) Status() Status {
 	s := Status{
 		Limit: st.Limit, Running: st.Running, Queued: st.Queued, Draining: st.Draining,
 		Adaptive: g.adaptive, MeanHold: secs(st.MeanHold), DemandRatio: control.Float(DemandRatio(st, ws)),
-		Targets: TargetsStatus{TTFT: secs(t.TTFT), TPOT: secs(t.TPOT), E2E: secs(t.E2E)},
+		Admission: AdmissionStatus{PrefillTokens: st.PrefillTokens, ResidentKV: st.ResidentKV, Held: g.lim.Held()},
+		Targets:   TargetsStatus{TTFT: secs(t.TTFT), TPOT: secs(t.TPOT), E2E: secs(t.E2E)},
 		Window: WindowStatus{
 			Seconds: secs(ws.Span), Requests: ws.Requests, Good: ws.Good, Missed: ws.Missed,
 			Rejected: ws.Rejected, EngineErrors: ws.EngineErrors, Cancelled: ws.Cancelled, Invalid: ws.Invalid,

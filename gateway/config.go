@@ -150,6 +150,17 @@ type Config struct {
 	// a slot is granted only while fewer than k admitted requests wait for
 	// their first token (see admission.Limiter.SetPacing).
 	PrefillPacing bool `env:"PREFILL_PACING" envDefault:"true"`
+	// TokenBudget lets the controller hand the limiter its model of the
+	// engine's costs in tokens (a static cap too): a request is granted a
+	// slot only while its prefill, after those under way, meets its TTFT
+	// deadline without pushing theirs past, and the decode step with it
+	// meets the TPOT target (see admission.Limiter.SetCosts). false keeps
+	// the budget in requests only.
+	TokenBudget bool `env:"TOKEN_BUDGET" envDefault:"true"`
+	// MaxModelLen is the engine's context length in tokens: a request
+	// whose prompt is estimated beyond it gets the engine's 400 before it
+	// queues (see proxy.Config.MaxModelLen). 0: no check.
+	MaxModelLen int `env:"MAX_MODEL_LEN"`
 
 	// Classes are the priority classes, highest first (see ParseClasses);
 	// empty means one class with the operator's targets. DefaultClass
@@ -322,6 +333,8 @@ func (c Config) Validate() error {
 		return bad("MinCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", control.CapLimit)
 	case c.InitialCap < 0:
 		return bad("InitialCap", "must not be negative (0: KNEECAP_MIN_CAP)")
+	case c.MaxModelLen < 0 || c.MaxModelLen > 1<<30:
+		return bad("MaxModelLen", "must be between 0 (no check) and 1073741824 tokens")
 	case c.InitialCap > 0 && c.InitialCap < c.MinCap:
 		return bad("InitialCap", "must be 0 (unset) or at least KNEECAP_MIN_CAP (%d)", c.MinCap)
 	case c.InitialCap > 0 && c.MaxCap > 0 && c.InitialCap > c.MaxCap:

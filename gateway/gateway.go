@@ -225,7 +225,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
-		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
+		MaxModelLen: cfg.MaxModelLen,
+		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
 		Observer: observers, Logger: g.log,
 	})
 	if err != nil {
@@ -398,6 +399,22 @@ func (g *Gateway) Run(ctx context.Context) error {
 			// Never the gateway's failure: the scraper only returns when
 			// egCtx ends (or for a second Run, a bug).
 			defer close(g.scraped)
+			// Just before the controller's tick (every second from
+			// now), never on it: a scrape at the instant the controller
+			// moves the cap would read the engine before or after the
+			// requests the move admits, whichever goroutine ran first
+			// (in virtual time, a different run each time). And just
+			// before, not half a second: the controller compares the
+			// engine's running and waiting counts with the requests the
+			// gateway forwarded at its tick, and half a second apart
+			// they are different requests (at a cap one above the
+			// engine's slots the engine's one waiting request showed in
+			// a reading one time in four, and its limit went unseen).
+			select {
+			case <-egCtx.Done():
+				return nil
+			case <-time.After(scrapePhase):
+			}
 			if err := g.engine.Run(egCtx); err != nil {
 				g.log.Error("engine metrics", "err", err)
 			}
@@ -411,6 +428,10 @@ func (g *Gateway) Run(ctx context.Context) error {
 	})
 	return eg.Wait()
 }
+
+// scrapePhase is how long after Run starts the engine's first scrape
+// runs: half a millisecond before the controller's first tick (see Run).
+const scrapePhase = time.Second - 500*time.Microsecond
 
 // shutdown drains the traffic server within DrainTimeout, then the admin
 // server and the agent (which answers "drain" meanwhile), and closes the

@@ -155,6 +155,7 @@ type stateCollector struct {
 	targets slo.Targets
 
 	running, queued, limit, goodput, attainment, demand, target *prometheus.Desc
+	prefillTokens, residentKV, held                             *prometheus.Desc
 }
 
 func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targets) *stateCollector {
@@ -171,12 +172,19 @@ func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targ
 		demand: d("kneecap_demand_ratio",
 			"Concurrency demanded relative to the cap by Little's law: (running + queued + rejections/s x mean E2E over the window) / limit. Above 1: demand beyond the knee (the autoscaling signal)."),
 		target: d("kneecap_slo_target_seconds", "The operator's latency targets (absent when unset).", "target"),
+		prefillTokens: d("kneecap_admission_prefill_tokens",
+			"Prompt tokens (estimated) of granted requests still waiting for their first token: the prefill work under way."),
+		residentKV: d("kneecap_admission_kv_tokens",
+			"KV tokens the running requests hold in the engine as the gateway counts them (estimated prompts and output so far)."),
+		held: d("kneecap_admission_held_total",
+			"Requests held in the queue, once per reason that held each: cap, pacing, prefill (token budget: TTFT deadlines), step (token budget: TPOT), reserved.", "reason"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.running, c.queued, c.limit, c.goodput, c.attainment, c.demand, c.target} {
+	for _, d := range []*prometheus.Desc{c.running, c.queued, c.limit, c.goodput, c.attainment, c.demand, c.target,
+		c.prefillTokens, c.residentKV, c.held} {
 		ch <- d
 	}
 }
@@ -198,6 +206,15 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.attainment, att)
 	gauge(c.demand, DemandRatio(st, ws))
+	gauge(c.prefillTokens, float64(st.PrefillTokens))
+	gauge(c.residentKV, float64(st.ResidentKV))
+	h := c.lim.Held()
+	for _, r := range [...]struct {
+		name string
+		n    int64
+	}{{"cap", h.Cap}, {"pacing", h.Pacing}, {"prefill", h.Prefill}, {"step", h.Step}, {"reserved", h.Reserved}} {
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, float64(r.n), r.name)
+	}
 	for _, t := range [...]struct {
 		name string
 		d    time.Duration

@@ -64,10 +64,10 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 		if info.HasOutput {
 			switch fc, c, first, report := p.output(x, &m, now, timer); {
 			case first:
-				x.ticket.FirstToken() // nothing to flush first: the next prefill may start
 				if report {
-					p.obs.FirstChunk(fc)
+					p.obs.FirstChunk(fc) // before the limiter's wake (see relayStream)
 				}
+				x.ticket.FirstToken() // nothing to flush first: the next prefill may start
 			case report:
 				p.obs.Chunk(c)
 			}

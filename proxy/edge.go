@@ -39,6 +39,7 @@ const (
 	reasonAnswerTooLarge    = "response_too_large"
 	reasonRouteNotFound     = "route_not_found"
 	reasonMethodNotAllowed  = "method_not_allowed"
+	reasonPromptTooLong     = "context_length_exceeded"
 )
 
 // The failures the proxy answers. Call sites return them, wrapped with %w
@@ -49,6 +50,7 @@ var (
 	errBodyTooLarge  = errors.New("proxy: request body too large")
 	errBadBody       = errors.New("proxy: could not read the request body")
 	errBadJSON       = errors.New("proxy: invalid request body")
+	errPromptTooLong = errors.New("proxy: the prompt is longer than the engine's context")
 	errRouteNotFound = errors.New("proxy: no such route")
 	errNoMethod      = errors.New("proxy: method not allowed")
 	// errBodyBudget is returned by a held body's reader when the budget of
@@ -97,6 +99,7 @@ var failures = [...]failure{
 	{errBodyTooLarge, http.StatusRequestEntityTooLarge, wire.TypeInvalidRequest, reasonBodyTooLarge, slo.InvalidRequest, "", "", false},
 	{errBadBody, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadBody, slo.InvalidRequest, "could not read the request body", "", false},
 	{errBadJSON, http.StatusBadRequest, wire.TypeInvalidRequest, reasonBadJSON, slo.InvalidRequest, "", "", false},
+	{errPromptTooLong, http.StatusBadRequest, wire.TypeInvalidRequest, reasonPromptTooLong, slo.InvalidRequest, "", "", false},
 	{errRouteNotFound, http.StatusNotFound, wire.TypeInvalidRequest, reasonRouteNotFound, 0,
 		"no such route on this gateway (engine admin routes are closed unless the operator opens them)", "", false},
 	{errNoMethod, http.StatusMethodNotAllowed, wire.TypeInvalidRequest, reasonMethodNotAllowed, 0, "", "", false},

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -29,6 +30,7 @@ type exchange struct {
 	deadline   clientDeadline    // the write deadline on the client's connection
 	shape      wire.Shape        // the route's body and stream format
 	idle       *idleWatch        // bounds the engine's silence; nil without a bound
+	prompt     wire.PromptSize   // the body's measure of its prompt (see estimator)
 	reuse      reuseTrace        // whether the engine request went out on a reused connection
 }
 
@@ -61,6 +63,12 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 	if req.N > 1 {
 		x.rec.Choices = req.N
 	}
+	x.prompt = wire.MeasurePrompt(rt.Shape, body)
+	x.rec.PromptEstimate = p.est.estimate(rt.Name, req.Model, x.prompt)
+	if !p.fits(x) {
+		return
+	}
+	areq.PromptTokens, areq.MaxOutput = x.rec.PromptEstimate, outputBound(req)
 	if rt.Shape == wire.ShapeOpenAI && req.Stream && !req.WantsUsage() {
 		if body, err = wire.EnsureIncludeUsage(body); err != nil {
 			x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))
@@ -90,6 +98,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		}()
 		if ticket != nil { // an Admitter may grant without tracking
 			x.rec.QueueWait = ticket.QueueWait()
+			x.rec.PrefillAhead, x.rec.PrefillSpan, x.rec.PrefillStep = ticket.PrefillAhead()
 		}
 		if !req.Stream && !x.reassemble {
 			// Its first token cannot be seen: it must not hold back the
@@ -99,6 +108,42 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		x.ticket = ticket
 	}
 	p.forward(x, body)
+}
+
+// outputBound is a request's bound on output tokens over all its choices,
+// 0 when it gives none.
+func outputBound(req wire.Request) int {
+	n := 0
+	switch {
+	case req.MaxCompletionTokens != nil:
+		n = *req.MaxCompletionTokens
+	case req.MaxTokens != nil:
+		n = *req.MaxTokens
+	}
+	if n <= 0 {
+		return 0
+	}
+	return min(n, 1<<30) * max(req.N, 1)
+}
+
+// fits refuses with 400, before the request queues, a prompt that the
+// engine cannot hold: one whose estimate, at its low end, is beyond
+// Config.MaxModelLen (the engine would answer the same). The low end is
+// the token IDs given plus three quarters of the text's estimate, so that
+// an estimate off by a quarter never refuses what the engine would take.
+// It reports whether the request may go on.
+func (p *Proxy) fits(x *exchange) bool {
+	limit := p.cfg.MaxModelLen
+	if limit <= 0 || x.prompt.Whole {
+		return true
+	}
+	text := max(x.rec.PromptEstimate-x.prompt.Tokens, 0)
+	if low := x.prompt.Tokens + text*3/4; low <= limit {
+		return true
+	}
+	x.abort(tell(errPromptTooLong, fmt.Sprintf("This model's maximum context length is %d tokens. However, your request has about %d input tokens. Please reduce the length of the input.",
+		limit, x.rec.PromptEstimate), nil))
+	return false
 }
 
 // asStream returns the body of a request that is not streamed rewritten
@@ -262,6 +307,9 @@ func (p *Proxy) finish(x *exchange) {
 		rec.Outcome = slo.Judge(rec)
 	}
 	p.obs.Done(*rec)
+	if rec.PromptTokens > 0 && rec.Choices == 0 {
+		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
+	}
 	lvl := slog.LevelDebug
 	if rec.Outcome&(slo.EngineError) != 0 {
 		lvl = slog.LevelWarn
@@ -277,7 +325,10 @@ func (p *Proxy) finish(x *exchange) {
 			slog.String("outcome", rec.Outcome.String()), slog.String("reason", rec.Reason),
 			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
 			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
-			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("output_tokens", rec.OutputTokens),
+			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("prompt_estimate", rec.PromptEstimate),
+			slog.Int("prefill_ahead", rec.PrefillAhead), slog.Duration("prefill_span", rec.PrefillSpan),
+			slog.Duration("prefill_step", rec.PrefillStep),
+			slog.Int("output_tokens", rec.OutputTokens),
 			slog.String("err", errText))
 	}
 }

@@ -24,6 +24,7 @@ type outputMeter struct {
 func (p *Proxy) output(x *exchange, m *outputMeter, now time.Time, timer *time.Timer) (fc FirstChunk, c Chunk, first, report bool) {
 	rec := &x.rec
 	rec.OutputChunks++
+	x.ticket.Generated(1) // resident in the engine's KV cache: the step budget
 	running := int(p.running.Load())
 	m.runningSum += running
 	if m.first.IsZero() {

@@ -87,6 +87,10 @@ type Config struct {
 	// refused (429 body_budget) before more of its body is read. Zero
 	// means DefaultMaxBodyBytesTotal.
 	MaxBodyBytesTotal int64
+	// MaxModelLen is the engine's context length in tokens: a request whose
+	// prompt is estimated beyond it is answered 400 before it queues, as
+	// the engine would answer it (see Proxy.fits). Zero means no check.
+	MaxModelLen int
 	// Observer receives live measurements. nil means none; use Observers
 	// to fan out to several.
 	Observer Observer
@@ -118,6 +122,7 @@ type Proxy struct {
 	pass      *httputil.ReverseProxy
 	routes    *router
 	bodies    *bodyBudget
+	est       *estimator
 	running   atomic.Int64 // generation requests forwarded and not ended
 }
 
@@ -129,7 +134,7 @@ func New(cfg Config) (*Proxy, error) {
 	if l, ok := cfg.Limiter.(*admission.Limiter); ok && l == nil {
 		cfg.Limiter = nil // a nil *Limiter in the interface is no limiter
 	}
-	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger}
+	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger, est: newEstimator()}
 	rt := cfg.Transport
 	if rt == nil {
 		rt = http.DefaultTransport

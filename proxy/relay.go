@@ -119,11 +119,14 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			}
 		}
 		if !dirty {
+			// The controller hears of the first token before the
+			// limiter does: what the limiter's wake then decides (a
+			// grant, a refusal and its Retry-After) sees it.
+			p.observe(&firstObs, &haveFirstObs, &chunkObs)
 			if tellFirst {
 				x.ticket.FirstToken()
 				tellFirst = false
 			}
-			p.observe(&firstObs, &haveFirstObs, &chunkObs)
 		}
 	}
 	// The rest (and net/http's end of the response, after the handler
@@ -132,10 +135,10 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	if dirty && !clientGone {
 		_ = rc.Flush()
 	}
+	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	if tellFirst {
 		x.ticket.FirstToken()
 	}
-	p.observe(&firstObs, &haveFirstObs, &chunkObs)
 	end := time.Now()
 	m.settle(x, usage, haveUsage)
 	if !m.last.IsZero() {

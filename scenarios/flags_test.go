@@ -53,6 +53,7 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	return opt, issueSweep, nil
 }
 
+// scenarioIDs are the IDs of All.
 func scenarioIDs() []int {
 	var ids []int
 	for _, sc := range All() {

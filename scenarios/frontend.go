@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -41,9 +42,17 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	}
 	switch r.Mode.Kind {
 	case "static":
-		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
+		// A count cap as today: the budget in requests only (the token
+		// budget is what the adaptive gateway adds, issue 20).
+		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap), "KNEECAP_TOKEN_BUDGET=false")
 	case "peer":
-		environ = append(environ, "KNEECAP_MAX_QUEUE=0")
+		if slices.Contains(OraclePeers, r.Mode.Peer) {
+			// vLLM's waiting queue: unbounded in time, bounded by its
+			// budget of prompt tokens.
+			environ = append(environ, "KNEECAP_MAX_QUEUE_WAIT=1h")
+		} else {
+			environ = append(environ, "KNEECAP_MAX_QUEUE=0")
+		}
 	}
 	cfg, err := gateway.ConfigFromEnv(environ)
 	if err != nil {
@@ -58,6 +67,16 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 		// cap it set when built.
 		opts = append(opts, gateway.WithOnChange(func(now time.Time, d control.Decision) { fe.traj.add(now, d.Cap) }))
 	case "peer":
+		if r.Mode.Peer == "vllm-queued-tokens" {
+			budget := queuedTokensBudget(r.Scenario, r.Seed)
+			opts = append(opts, gateway.WithCapControl(func(h gateway.Host) (gateway.CapControl, error) {
+				h.Limiter.SetLimit(r.Mode.Cap)
+				h.Limiter.SetCosts(admission.Costs{MaxPrefillTokens: budget})
+				fe.traj = newTrajectory(start, r.Mode.Cap)
+				return staticControl{}, nil
+			}))
+			break
+		}
 		alg, dropOnMiss, err := newPeer(r.Mode.Peer, r.Scenario)
 		if err != nil {
 			return nil, err
@@ -106,6 +125,28 @@ func newPeer(name string, sc Scenario) (alg peers.Algorithm, dropOnMiss bool, er
 		return peers.NewAIMDSLO(), true, nil
 	}
 	return nil, false, fmt.Errorf("unknown peer %q", name)
+}
+
+// queuedTokensBudget is vLLM's --max-num-queued-tokens as its PR advises
+// setting it: the TTFT target times the engine's prefill throughput
+// measured alone (a median prompt of the scenario's workload over its
+// median TTFT with the engine to itself).
+func queuedTokensBudget(sc Scenario, seed uint64) int {
+	ttft, _ := sc.Profile.Solo(sc.Workload, 0.5, 200, seed)
+	if ttft <= 0 {
+		return 0
+	}
+	perSecond := float64(sc.Workload.PromptTokens) / ttft.Seconds()
+	return max(int(sc.Targets().TTFT.Seconds()*perSecond), 1)
+}
+
+// staticControl holds the cap where it was set: the count cap of a peer
+// that has no controller of its own.
+type staticControl struct{}
+
+func (staticControl) Run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
 }
 
 // peerDriver feeds a peer algorithm what it sees at home (whole-request

@@ -119,7 +119,7 @@ func (s IdleBurst) Run(ctx context.Context, mode Mode, seed uint64) (IdleResult,
 			BaseURL: "http://" + gwE.host, Model: s.Profile.Model, Client: &http.Client{Transport: gwE.tr},
 			Levels: []float64{float64(s.Users)}, Duration: d, Workload: r.workload(), Seed: seed,
 			IgnoreEOS: true, Targets: sc.Targets(), RetryAfterMax: RetryAfterMax,
-			RampUp: time.Duration(s.Users) * eventSpacing, Think: eventSpacing / 10,
+			RampUp: time.Duration(s.Users) * eventSpacing, Think: eventSpacing / 10, RetryThink: eventSpacing / 4,
 		}
 		rep, err := bench.Run(ctx, cfg)
 		if err != nil {

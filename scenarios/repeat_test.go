@@ -11,12 +11,22 @@ import (
 // same outcomes and the same trajectory of the cap, whatever order Go runs
 // goroutines in (see eventSpacing). Checked on the adaptive gateway, where
 // every decision feeds back into the next, on the open-loop bursts, and on
-// users half of whom do not stream (reassembled answers).
+// users half of whom do not stream (reassembled answers), and where the
+// gateway reads the engine's metrics between its ticks (18), and where a
+// flood of users arrives together (17).
 func TestRunsRepeat(t *testing.T) {
-	timing := Timing{Warmup: 20 * time.Second, Window: 60 * time.Second}
-	for _, id := range []int{4, 7, 20} {
+	short := Timing{Warmup: 20 * time.Second, Window: 60 * time.Second}
+	cases := []struct {
+		id     int
+		timing Timing
+	}{{4, short}, {7, short}, {18, short}, {20, short},
+		// The flood of 16 users, from minute 2 (they once all joined it
+		// at one instant).
+		{17, Timing{Warmup: 90 * time.Second, Window: 60 * time.Second}}}
+	for _, c := range cases {
+		id := c.id
 		sc, _ := ByID(id)
-		run := Run{Scenario: sc, Mode: Mode{Kind: "adaptive"}, Timing: timing, KneeCapacity: 0.5, Seed: 3}
+		run := Run{Scenario: sc, Mode: Mode{Kind: "adaptive"}, Timing: c.timing, KneeCapacity: 0.5, Seed: 3}
 		var res [3]RunResult
 		for i := range res {
 			var err error

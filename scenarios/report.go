@@ -88,7 +88,7 @@ func (s *Suite) row(sc Scenario) Row {
 	if row.OracleGoodput > 0 {
 		row.AdaptiveOverOracle = ad.Goodput / row.OracleGoodput
 	}
-	for _, p := range Peers {
+	for _, p := range AllPeers() {
 		if r, ok := s.find(id, p); ok {
 			row.Peers[p] = r.Goodput
 		}
@@ -106,8 +106,26 @@ func (s *Suite) row(sc Scenario) Row {
 	if sc.MaxSweptCap > 0 {
 		add(row.OracleCap < sc.MaxSweptCap, "oracle cap %d inside the swept caps (at most %d)", row.OracleCap, sc.MaxSweptCap)
 	}
+	if n := len(sc.SweptCaps); n > 0 {
+		add(row.OracleCap < sc.SweptCaps[n-1], "oracle cap %d inside the swept caps (%v)", row.OracleCap, sc.SweptCaps)
+	}
 	switch id {
-	case 9, 10, 11, 12:
+	case 16, 17:
+		// Issue 20: a count cap cannot tell a long prompt from a short
+		// one; a token budget can. No cap at all (the engine alone) is a
+		// count cap too.
+		best := max(row.OracleGoodput, eng.Goodput)
+		add(ratio(ad.Goodput, best) >= 1.10, "adaptive >= 1.10 x the best static count cap or none (%.3f)", ratio(ad.Goodput, best))
+	case 12, 18:
+		add(ratio(ad.Goodput, row.OracleGoodput) >= 1.0, "adaptive >= the best static count cap (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
+		if id == 12 {
+			ahead := true
+			for _, g := range row.Peers {
+				ahead = ahead && ad.Goodput >= g
+			}
+			add(ahead, "ahead of every peer")
+		}
+	case 9, 10, 11:
 		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.9, "adaptive >= 0.9 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
 		ahead := true
 		for _, g := range row.Peers {
@@ -178,12 +196,12 @@ func classGoodput(r RunResult) map[string]float64 {
 func WriteTable(w io.Writer, s *Suite) error {
 	rows := s.Rows()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tengine alone\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tfinal cap\tconverge s\t"+strings.Join(Peers, "\t")+"\t")
+	fmt.Fprintln(tw, "scenario\tengine alone\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tfinal cap\tconverge s\t"+strings.Join(AllPeers(), "\t")+"\t")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s\t%.3f\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%d\t%.0f\t", r.Scenario, r.EngineAloneGoodput,
 			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle,
 			r.AdaptiveFinalCap, r.ConvergeSeconds)
-		for _, p := range Peers {
+		for _, p := range AllPeers() {
 			if g, ok := r.Peers[p]; ok {
 				fmt.Fprintf(tw, "%.3f\t", g)
 			} else {

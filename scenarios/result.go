@@ -43,6 +43,9 @@ type RunResult struct {
 	// Classes splits the window's counts by the bench's Request.Class
 	// (see mix.go).
 	Classes map[string]ClassResult `json:"classes,omitempty"`
+	// Records are the window's bench records, kept only when the run asks
+	// (Run.KeepRecords: TestTrace).
+	Records []bench.Record `json:"-"`
 }
 
 // ColdWindow is the span over which a cold start's goodput is judged.

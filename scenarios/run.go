@@ -53,6 +53,8 @@ type Run struct {
 	// headers). See mix.go.
 	Env      []string
 	Workload bench.Workload
+	// KeepRecords keeps the window's records in the result (TestTrace).
+	KeepRecords bool
 }
 
 // debugLog, when set by a test, receives the gateway's log (one line per
@@ -69,7 +71,8 @@ const RetryAfterMax = 30 * time.Second
 // delivers the outputs of one step eventSpacing apart in batch order, a
 // closed-loop user waits a tenth of it after a completed request (so the
 // gateway has released the slot by then), and users start eventSpacing
-// apart. A microsecond is far below anything the runs measure.
+// apart, and a refused user returns a quarter of it after its Retry-After.
+// A microsecond is far below anything the runs measure.
 const eventSpacing = time.Microsecond
 
 // execute runs r in the calling goroutine's time (inside a synctest bubble
@@ -83,7 +86,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		quiet = debugLog
 	}
 
-	scfg := sim.Config{Profile: r.Scenario.Profile, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet}
+	scfg := sim.Config{Profile: r.Scenario.Profile, Flavor: r.Scenario.Flavor, Seed: r.Seed, Registry: prometheus.NewRegistry(), Logger: quiet}
 	if !r.RealTime {
 		scfg.Stagger = eventSpacing
 	}
@@ -145,7 +148,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		BaseURL:       "http://" + front.host,
 		Model:         r.Scenario.Profile.Model,
 		Client:        &http.Client{Transport: tr},
-		Levels:        []float64{float64(r.Scenario.Users)},
+		Levels:        []float64{float64(r.Scenario.Users + r.Scenario.FloodUsers)},
 		Warmup:        r.Timing.Warmup,
 		Duration:      r.Timing.Window,
 		Workload:      r.workload(),
@@ -156,8 +159,12 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 	if !r.RealTime {
 		// No two users act at one instant (see eventSpacing).
-		cfg.RampUp = time.Duration(r.Scenario.Users) * eventSpacing
+		cfg.RampUp = time.Duration(r.Scenario.Users+r.Scenario.FloodUsers) * eventSpacing
 		cfg.Think = eventSpacing / 10
+		// A refused user returns off the limiter's pace timer, which
+		// fires a TTFT target (whole seconds) after a grant at the
+		// instant of the refusal.
+		cfg.RetryThink = eventSpacing / 4
 	}
 	if r.Scenario.Users == 0 {
 		cfg.Mode = bench.Open
@@ -210,6 +217,9 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		}
 	}
 	res.MedianTTFT = median(ttfts)
+	if r.KeepRecords {
+		res.Records = bench.Slice(lv.Records, from, to)
+	}
 	if r.Scenario.ColdStart {
 		for _, rec := range lv.Records {
 			if rec.Good {

@@ -58,10 +58,29 @@ type Scenario struct {
 	// suite stays within CI's time; the oracle is checked to lie below it
 	// (report.go).
 	MaxSweptCap int
+	// SweptCaps, when set, are the only static caps swept (of the suite's):
+	// a coarse sweep where goodput is flat over a wide range (the oracle is
+	// checked to lie inside it, not at its top).
+	SweptCaps []int
 	// ColdStart measures the adaptive run's convergence as the time a
 	// fresh gateway takes to serve near the oracle's goodput
 	// (coldConverge), not by its cap's trajectory.
 	ColdStart bool
+
+	// LongShare of the requests are drawn from Long instead of Workload
+	// (chat with retrieval: most prompts short, some long), class "long";
+	// the others are class "default".
+	Long      sim.Workload
+	LongShare float64
+	// FloodUsers are closed-loop users, beyond Users, who send
+	// FloodWorkload requests from FloodAt (from the run's start) for
+	// FloodFor and are away before and after (class "flood").
+	FloodUsers        int
+	FloodAt, FloodFor time.Duration
+	FloodWorkload     sim.Workload
+	// Flavor is the engine whose stream shapes and metrics the simulator
+	// serves ("" is vLLM's).
+	Flavor sim.Flavor
 	// NoStreamShare of the users send every request with "stream": false
 	// (issue 21): user u does when (u+1) x share and u x share have
 	// different whole parts, so 0.5 is every other user. Their requests
@@ -146,6 +165,34 @@ var HeavyTail = sim.Workload{
 	OutputTokens: 128, OutputSigma: 1, MaxOutputTokens: 2048,
 }
 
+// ChatWorkload is the short chat of scenarios 16 and 17: 200-token
+// prompts and 128-token answers, each within 20 %.
+var ChatWorkload = sim.Workload{PromptTokens: 200, OutputTokens: 128, RangeRatio: 0.2}
+
+// RAGWorkload is scenario 16's long prompts, a chat turn with retrieved
+// documents: about 6000 tokens (within 10 %), where a prefill alone on
+// gb10-bf16 takes 0.85-1.04 s of the 1 s TTFT target.
+var RAGWorkload = sim.Workload{PromptTokens: 6000, OutputTokens: 128, RangeRatio: 0.1}
+
+// FloodWorkload is scenario 17's flood: 8000-token prompts (within 5 %),
+// whose prefill alone (1.2-1.3 s on gb10-bf16) misses the TTFT target.
+var FloodWorkload = sim.Workload{PromptTokens: 8000, OutputTokens: 128, RangeRatio: 0.05}
+
+// UnifiedSlots is scenario 18's engine: gb10-bf16 served as llama.cpp's
+// server serves it, 8 slots on a unified KV cache (sim.Profile.UnifiedCache)
+// that keeps every finished request's cells in its slot until the slot is
+// reused; a resident cell slows every step as a running sequence's token
+// does (the attention walks the cache's cells). A fresh engine's steps slow
+// as its idle slots fill, which the gateway sees only in the engine's
+// llamacpp:kv_cache_tokens.
+var UnifiedSlots = func() sim.Profile {
+	p := sim.GB10BF16
+	p.Name = "gb10-bf16-unified-8"
+	p.MaxNumSeqs = 8
+	p.UnifiedCache, p.PrefixCacheTokens, p.StepPerCachedToken = true, 500_000, p.StepPerKVToken
+	return p
+}()
+
 // NotStreamedWorkload is scenarios 19 and 20's (issue 21): 1000-word
 // prompts and 120 output tokens, as an agent's or an evaluation harness's
 // calls, drawn within +-50 % (as EdgeWorkload: with every length fixed the
@@ -158,8 +205,9 @@ var (
 	E2ETarget           = 13 * time.Second
 )
 
-// All returns the scenarios: the eight of issue 5, 9-13 of issue 14 and
-// 19-20 of issue 21 (14 and 15 are the mixes, mix.go).
+// All returns the scenarios: the eight of issue 5, 9-13 of issue 14,
+// 16-18 of issue 20 and 19-20 of issue 21 (14 and 15 are the mixes,
+// mix.go).
 func All() []Scenario {
 	base := Scenario{Profile: sim.GB10BF16, Workload: sim.SecondWorkload}
 	s := func(id int, name string, f func(*Scenario)) Scenario {
@@ -222,6 +270,25 @@ func All() []Scenario {
 			sc.ColdStart = true
 			sc.MaxSweptCap = 16
 		}),
+		s(16, "chat-rag", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload, sc.Long, sc.LongShare = ChatWorkload, RAGWorkload, 0.2
+			sc.MaxSweptCap = 16
+		}),
+		s(17, "long-prompt-flood", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Workload = ChatWorkload
+			sc.FloodUsers, sc.FloodWorkload = 16, FloodWorkload
+			sc.Window = 5 * time.Minute
+			sc.FloodAt, sc.FloodFor = 2*time.Minute, 2*time.Minute
+			sc.SweptCaps = []int{1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64}
+		}),
+		s(18, "hidden-kv", func(sc *Scenario) {
+			sc.Users = 64
+			sc.Profile, sc.Flavor = UnifiedSlots, sim.FlavorLlamaCpp
+			sc.Workload.PromptTokens /= 2
+			sc.MaxSweptCap = 16
+		}),
 		// 19 and 20 measure 6 minutes (about 700 good completions at the
 		// knee) and run no peers, to keep the suite within CI's time.
 		s(19, "not-streamed", func(sc *Scenario) {
@@ -256,16 +323,23 @@ func (s Scenario) noStream(u int) bool {
 }
 
 // workload builds the bench workload: fixed lengths, the prompt doubling
-// at the change, and a share of requests with a tighter TPOT header.
+// at the change, a share of requests with a tighter TPOT header, a share
+// of long prompts, and the flood's users.
 func (s Scenario) workload(t Timing) bench.Workload {
 	changeAt := t.ChangeAt()
 	return bench.WorkloadFunc(func(sl bench.Slot) bench.Request {
-		w := s.Workload
+		if s.FloodUsers > 0 && sl.User >= s.Users {
+			return s.floodRequest(sl)
+		}
+		w, class := s.Workload, "default"
 		if s.PromptDoubles && sl.Elapsed >= changeAt {
 			w.PromptTokens *= 2
 		}
+		if s.LongShare > 0 && sl.Rand.Float64() < s.LongShare {
+			w, class = s.Long, "long"
+		}
 		n, out := w.Lengths(sl.Rand)
-		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "default"}
+		req := bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: class}
 		if s.NoStreamShare > 0 {
 			req.Class = "stream"
 			if s.noStream(sl.User) {
@@ -284,6 +358,30 @@ func (s Scenario) workload(t Timing) bench.Workload {
 		}
 		return req
 	})
+}
+
+// floodRequest is what a flood user does at sl: wait for the flood, send a
+// flood request during it, wait out the run after it. Each user joins the
+// flood eventSpacing after the one before (all at FloodAt, the order they
+// queued in was whichever goroutine ran first: a different run each time).
+func (s Scenario) floodRequest(sl bench.Slot) bench.Request {
+	switch start, end := s.FloodAt+time.Duration(sl.User)*eventSpacing, s.FloodAt+s.FloodFor; {
+	case sl.Elapsed < start:
+		return bench.Request{Idle: start - sl.Elapsed}
+	case sl.Elapsed >= end:
+		return bench.Request{Idle: time.Hour}
+	}
+	n, out := s.FloodWorkload.Lengths(sl.Rand)
+	return bench.Request{Prompt: bench.Words(sl.Rand, n), MaxTokens: out, Class: "flood"}
+}
+
+// timing is the timing of the scenario's runs under t: its own Window in
+// place of DefaultTiming's when it has one.
+func (s Scenario) timing(t Timing) Timing {
+	if s.Window > 0 && t == DefaultTiming {
+		t.Window = s.Window
+	}
+	return t
 }
 
 // interarrival returns on/off arrivals: during each on phase, Poisson

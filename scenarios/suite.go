@@ -17,6 +17,16 @@ import (
 // careful user would pick in front of an LLM engine (see newPeer).
 var Peers = []string{"envoy-gradient", "envoy-pinned", "netflix-gradient2", "netflix-aimd", "netflix-aimd-slo"}
 
+// OraclePeers are the peers that take the oracle's count cap, run once the
+// static caps of their scenario are known: vLLM's static budget of prompt
+// tokens in prefill (max_num_queued_tokens, set to the TTFT target x the
+// prefill throughput measured alone) beside the oracle's count cap (see
+// queuedTokensPeer).
+var OraclePeers = []string{"vllm-queued-tokens"}
+
+// AllPeers are Peers and OraclePeers, in the table's order.
+func AllPeers() []string { return append(append([]string(nil), Peers...), OraclePeers...) }
+
 // Options choose what a suite runs.
 type Options struct {
 	// Scenarios are the IDs to run; empty means all.
@@ -93,10 +103,21 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 	if len(second) > 0 && !want(1) {
 		first = append([]Scenario{All()[0]}, first...)
 	}
-	s.runStage(t, first, 0)
+	s.runStage(t, first, 0, s.modes)
 	if len(second) > 0 && !s.stopped() {
 		_, s.KneeCapacity = s.oracle(1, -1)
-		s.runStage(t, second, s.KneeCapacity)
+		s.runStage(t, second, s.KneeCapacity, s.modes)
+	}
+	if !s.Options.NoPeers && len(s.Options.Caps) > 0 && !s.stopped() {
+		// The oracle's peers, on every scenario's oracle cap.
+		s.runStage(t, s.Scenarios, s.KneeCapacity, func(sc Scenario) []Mode {
+			c, _ := s.oracle(sc.ID, -1)
+			var m []Mode
+			for _, p := range OraclePeers {
+				m = append(m, Mode{Kind: "peer", Peer: p, Cap: max(c, 1)})
+			}
+			return m
+		})
 	}
 	var mixes []Mix
 	for _, m := range Mixes() {
@@ -118,7 +139,7 @@ func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Co
 func (s *Suite) modes(sc Scenario) []Mode {
 	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
 	for _, c := range s.Options.Caps {
-		if sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap {
+		if (sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap) && (len(sc.SweptCaps) == 0 || slices.Contains(sc.SweptCaps, c)) {
 			m = append(m, Mode{Kind: "static", Cap: c})
 		}
 	}
@@ -132,13 +153,7 @@ func (s *Suite) modes(sc Scenario) []Mode {
 
 // timing is the timing of a scenario's runs: the suite's, with the
 // scenario's own window when the suite runs with DefaultTiming.
-func (s *Suite) timing(sc Scenario) Timing {
-	t := s.Options.Timing
-	if sc.Window > 0 && t == DefaultTiming {
-		t.Window = sc.Window
-	}
-	return t
-}
+func (s *Suite) timing(sc Scenario) Timing { return sc.timing(s.Options.Timing) }
 
 // runOne runs one run as a parallel subtest, in its own bubble, and says
 // whether it ran: a failed run is reported on t, and the runs of a stopped
@@ -160,11 +175,11 @@ func (s *Suite) runOne(t *testing.T, run Run) (RunResult, bool) {
 	return res, true
 }
 
-func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64) {
+func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(Scenario) []Mode) {
 	var mu sync.Mutex
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
-			for _, m := range s.modes(sc) {
+			for _, m := range modes(sc) {
 				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					res, ok := s.runOne(t, run)
@@ -240,7 +255,7 @@ func RunRealTime(ctx context.Context, sc Scenario, modes []Mode, timing Timing, 
 	for i, m := range modes {
 		wg.Go(func() {
 			start := time.Now()
-			run := Run{Scenario: sc, Mode: m, Timing: timing, KneeCapacity: knee, Seed: seed, RealTime: true}
+			run := Run{Scenario: sc, Mode: m, Timing: sc.timing(timing), KneeCapacity: knee, Seed: seed, RealTime: true}
 			res[i], errs[i] = run.execute(ctx)
 			res[i].Wall = time.Since(start)
 		})

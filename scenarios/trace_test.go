@@ -3,12 +3,16 @@ package scenarios
 import (
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // TestTrace runs one scenario in one mode and logs every change of the cap
@@ -46,6 +50,8 @@ func TestTrace(t *testing.T) {
 			t.Fatalf("KNEECAP_TRACE_MODE=%q", m)
 		}
 		mode = Mode{Kind: "static", Cap: c}
+	} else if m == "engine" {
+		mode = Mode{Kind: "engine"}
 	}
 	knee := 0.55
 	if k, err := strconv.ParseFloat(os.Getenv("KNEECAP_TRACE_KNEE"), 64); err == nil {
@@ -57,7 +63,10 @@ func TestTrace(t *testing.T) {
 	if w, err := time.ParseDuration(os.Getenv("KNEECAP_TRACE_WINDOW")); err == nil {
 		timing.Window = w
 	}
-	run := Run{Scenario: sc, Mode: mode, Timing: timing, KneeCapacity: knee, Seed: max(seed, 1)}
+	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(timing), KneeCapacity: knee, Seed: max(seed, 1), KeepRecords: true}
+	if env := os.Getenv("KNEECAP_TRACE_ENV"); env != "" {
+		run.Env = strings.Split(env, ",") // gateway settings, KEY=VALUE,...
+	}
 	var res RunResult
 	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })
 	if err != nil {
@@ -65,6 +74,43 @@ func TestTrace(t *testing.T) {
 	}
 	fmt.Fprintf(os.Stderr, "goodput %.3f (halves %.3f %.3f), %d good of %d completed, %d rejected, %d errors; caps %s\n",
 		res.Goodput, res.Halves[0], res.Halves[1], res.Good, res.Completed, res.Rejected, res.Errors, trajectoryString(res.Caps))
+	for _, class := range slices.Sorted(maps.Keys(res.Classes)) {
+		c := res.Classes[class]
+		fmt.Fprintf(os.Stderr, "  class %-8s %.3f good req/s: %d good of %d completed, %d rejected\n", class, c.Goodput, c.Good, c.Completed, c.Rejected)
+		var ttfts, tpots []time.Duration
+		missTTFT, missTPOT := 0, 0
+		reasons := map[string]int{}
+		for _, rec := range res.Records {
+			if rec.Class != class {
+				continue
+			}
+			if rec.Outcome == bench.Rejected {
+				reasons[rec.Reason]++
+				continue
+			}
+			if rec.Outcome != bench.Completed {
+				continue
+			}
+			ttfts, tpots = append(ttfts, rec.TTFT), append(tpots, rec.TPOT)
+			if rec.Targets.TTFT > 0 && rec.TTFT > rec.Targets.TTFT {
+				missTTFT++
+			}
+			if rec.Targets.TPOT > 0 && rec.TPOT > rec.Targets.TPOT {
+				missTPOT++
+			}
+		}
+		slices.Sort(ttfts)
+		slices.Sort(tpots)
+		q := func(d []time.Duration, p float64) time.Duration {
+			if len(d) == 0 {
+				return 0
+			}
+			return d[int(p*float64(len(d)-1))]
+		}
+		fmt.Fprintf(os.Stderr, "    missed TTFT %d, TPOT %d; TTFT p50 %v p90 %v; TPOT p50 %v p90 %v; refusals %v\n",
+			missTTFT, missTPOT, q(ttfts, 0.5).Round(time.Millisecond), q(ttfts, 0.9).Round(time.Millisecond),
+			q(tpots, 0.5).Round(time.Millisecond), q(tpots, 0.9).Round(time.Millisecond), reasons)
+	}
 	if res.Completed == 0 {
 		t.Error("nothing completed")
 	}

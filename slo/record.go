@@ -137,7 +137,21 @@ type Record struct {
 
 	// PromptTokens and OutputTokens come from the engine's usage report.
 	PromptTokens int `json:"prompt_tokens"`
-	OutputTokens int `json:"output_tokens"`
+	// PromptEstimate is the prompt tokens the gateway estimated from the
+	// body before the engine answered (what admission used).
+	PromptEstimate int `json:"prompt_estimate,omitempty"`
+	// PrefillAhead is the prompt tokens (estimated) of the requests that
+	// still waited for their first token when this one was granted its
+	// slot, and PrefillSpan the time from the grant of the oldest of them
+	// to this request's forwarding: the prefill work the engine had to do
+	// before or with this one's (see admission.Ticket.PrefillAhead).
+	PrefillAhead int           `json:"prefill_ahead,omitempty"`
+	PrefillSpan  time.Duration `json:"prefill_span,omitempty"`
+	// PrefillStep is the engine's decode step the gateway predicted when
+	// the request was granted (0 before it knew): a prefill waits for the
+	// step under way and then decodes the running requests in its own.
+	PrefillStep  time.Duration `json:"prefill_step,omitempty"`
+	OutputTokens int           `json:"output_tokens"`
 	// OutputChunks counts chunks that carried output.
 	OutputChunks int `json:"output_chunks"`
 	// Estimated is true when the engine sent no usage report and

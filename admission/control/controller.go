@@ -57,6 +57,10 @@ type ControllerConfig struct {
 	Memory time.Duration
 	// Interval is how often Run calls Decide (default 1s).
 	Interval time.Duration
+	// NoTokenBudget keeps the limiter's budget in requests only: the model
+	// of the engine's costs in tokens is still learned (and shown), but
+	// not handed to the limiter (KNEECAP_TOKEN_BUDGET=false).
+	NoTokenBudget bool
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -111,6 +115,14 @@ type Finished struct {
 	// Good reports whether the request met all its targets as the client
 	// felt them (queue wait included); kept for the measured attainment.
 	Good bool
+	// PromptTokens is the engine's count of the prompt (usage), and
+	// PromptEstimate the gateway's estimate before the engine answered.
+	PromptTokens, PromptEstimate int
+	// PrefillAhead, PrefillSpan and PrefillStep are the prefill work ahead
+	// of the request when it was granted and the decode step predicted
+	// then (see admission.Ticket.PrefillAhead).
+	PrefillAhead             int
+	PrefillSpan, PrefillStep time.Duration
 }
 
 // Load is the limiter's view since the previous Decide.
@@ -196,12 +208,22 @@ type Controller struct {
 	outTokens    *ratioRing // output tokens of recent requests (raw)
 	ttftSamples  *sampleRing
 	tab          table
+	tok          *tokens // the engine's costs in tokens (the token budget)
+	limit        engineLimit
 	holdAvg      decayed // mean slot hold, measured
 	idle         decayed // time a freed slot waits for a request under demand
 	// busy is the mean number of requests running, sampled at each
 	// Decide, and pressure the share of decisions that saw demand; they
 	// tell light load (see lightLoad).
 	busy, pressure decayed
+	// peakRun is the most requests that ran at once within the last
+	// peakMemory, and when: with the token budget, a raise past a quarter
+	// above it would lift a cap nothing reaches (see usefulCap).
+	peakRun   int
+	peakRunAt time.Time
+	// unusedSince is since when every decision saw demand while the cap
+	// stood above usefulCap (see boundByBudget); zero: not now.
+	unusedSince time.Time
 	// dwell[n]: seconds the cap held n (w) and good completions then (sum).
 	dwell          perLevel
 	lastDwell      time.Time
@@ -244,6 +266,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		ttftR:       newRatioRing(256, 2*tau),
 		outTokens:   newRatioRing(256, 2*tau),
 		ttftSamples: newSampleRing(64, tau),
+		tok:         newTokens(tau, cfg.Percentile),
 		classes:     map[slo.Targets]*decayed{},
 		measured:    map[slo.Targets]perLevel{},
 		dwell:       perLevel{},
@@ -312,6 +335,24 @@ func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
 	c.gap.add(now, running, y)
 }
 
+// ObserveStep records the gap between two output chunks of one stream with
+// the requests running and the KV tokens they hold then (the limiter's
+// count), for the step model of the token budget.
+func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Duration) {
+	c.tok.observeStep(now, running, kv, gap)
+}
+
+// ObserveEngine records what the engine reports of itself (its metrics):
+// its resident KV tokens beside the limiter's count of its running
+// requests' own (resident), and the requests it runs and queues itself
+// beside the gateway's running count (see engineLimit).
+func (c *Controller) ObserveEngine(now time.Time, r EngineReading, running, resident int) {
+	if finite(r.KVTokens) {
+		c.tok.observeEngineKV(now, r.KVTokens, resident)
+	}
+	c.limit.observe(now, r, running)
+}
+
 // detectShift checks both latencies at the level the cap holds.
 func (c *Controller) detectShift(now time.Time) {
 	if r, ok := c.gapShift.check(now, c.cap); ok {
@@ -325,6 +366,16 @@ func (c *Controller) detectShift(now time.Time) {
 // weight of everything learned before.
 func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	cv.scale(r, 0.1)
+	// The token model follows: a shift of the step rescales the decode
+	// step, one of engine TTFT the prefill.
+	if cv == c.gap {
+		// A slower step makes slower prefills too (they are steps).
+		c.tok.step.scale(r, 0.1)
+		c.tok.prefill.scale(r, 0.3)
+	} else {
+		c.tok.prefill.scale(r, 0.1)
+		c.tok.step.scale(1, 0.3)
+	}
 	other := c.ttft
 	if cv == c.ttft {
 		other = c.gap
@@ -379,6 +430,8 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	if f.OutputTokens > 0 {
 		c.outTokens.add(now, float64(f.OutputTokens))
 	}
+	c.tok.observePrompt(now, f.PromptEstimate)
+	c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
 	// A running count that is NaN or infinite says nothing of the step
 	// time the request's tokens were made at: its TPOT ratio is dropped.
 	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && finite(f.Running) && !now.Add(-f.Hold).Before(c.shiftAt) {
@@ -386,7 +439,7 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 		if n < 1 {
 			n = 1
 		}
-		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)))
+		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)+c.tab.s.stallPer*n))
 	}
 }
 

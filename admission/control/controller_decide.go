@@ -204,6 +204,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.noteLoad(now, load) // light load is judged with a fixed cap too (admitPaced)
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
+	if c.boundByEngine(now) || c.boundByBudget(now, load) {
+		c.noteLoad(now, load)
+		c.changedAt = now
+		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+	}
 	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
 		if c.tab.bad {
@@ -243,7 +248,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
 	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)):
 		// A level barred for missing P may still be chosen for goodput.
-		c.cap = min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.cfg.MaxCap)
+		c.cap = max(old, min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.engineBound(now), c.usefulCap()))
 		for n := old + 2; n <= c.cap && !pl.over; n++ {
 			if !c.mayRaiseTo(now, n) {
 				c.cap = n - 1
@@ -251,7 +256,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 			}
 		}
 		c.reason = c.raiseReason(old, pl, "")
-	case demand && pl.up >= c.cap && c.shouldProbe(now):
+	case demand && pl.up >= c.cap && c.cap < c.engineBound(now) && c.shouldProbe(now):
 		f := c.probes[old]
 		c.probes[old] = failure{at: now, count: f.count + 1}
 		c.cap++
@@ -260,6 +265,9 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		if r := c.holdReason(pl); r != "" {
 			c.reason = r
 		}
+		return Decision{Cap: c.cap, Reason: c.reason}
+	}
+	if c.cap == old { // a raise the engine's own limit took back
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.changedAt = now

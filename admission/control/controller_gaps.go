@@ -12,6 +12,7 @@ import (
 type pendingGap struct {
 	at      time.Time
 	running int
+	kv      int // KV tokens the running requests held (the limiter's count)
 	gap     time.Duration
 }
 

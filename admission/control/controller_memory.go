@@ -1,6 +1,9 @@
 package control
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // What the controller remembers between decisions besides the model: the
 // levels the cap was lowered from (barred from raises for a while), the
@@ -71,10 +74,63 @@ func (c *Controller) shouldProbe(now time.Time) bool {
 func (c *Controller) noteLoad(now time.Time, load Load) bool {
 	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
 		load.PeakRunning >= c.cap-max(1, c.cap/8)
+	if load.PeakRunning >= c.peakRun || now.Sub(c.peakRunAt) >= peakMemory {
+		c.peakRun, c.peakRunAt = load.PeakRunning, now
+	}
 	c.busy.add(now, c.cfg.Memory, float64(load.Running))
 	c.pressure.add(now, c.cfg.Memory, indicator(demand))
 	return demand
 }
+
+// peakMemory is how long the peak running count is kept (and how long a
+// cap must sit unused by the token budget before it comes down to it).
+const peakMemory = 30 * time.Second
+
+// usefulCap is the highest cap a raise may reach: with the token budget
+// holding requests back, the count cap binds only where the engine runs
+// near it, so a raise goes at most a quarter (at least one) above the most
+// that ran at once in the last minute; without it, MaxCap.
+func (c *Controller) usefulCap() int {
+	if !c.tokenBudget() {
+		return c.cfg.MaxCap
+	}
+	return max(c.peakRun+max(1, c.peakRun/4), c.cfg.MinCap)
+}
+
+// boundByBudget brings the cap down to usefulCap when the token budget has
+// held the engine below it for unusedWindow while most decisions saw demand
+// (unusedPressure: not light load, not the off phase of bursts): the count no longer binds there, and the choice of
+// the cap for goodput (where the targets are met and the engine serves the
+// most) is made again from where the engine runs. Without it, a cap raised
+// before prompts grew stayed where the budget left it unused (scenario 4's
+// second half: 13 against the oracle's 5, at 0.90 of its goodput).
+func (c *Controller) boundByBudget(now time.Time, load Load) bool {
+	u := c.usefulCap()
+	if !c.tokenBudget() || c.cfg.Fixed || c.cap <= u {
+		c.unusedSince = time.Time{}
+		return false
+	}
+	if c.unusedSince.IsZero() {
+		c.unusedSince = now
+	}
+	if now.Sub(c.unusedSince) < unusedWindow || now.Sub(c.changedAt) < peakMemory ||
+		c.pressure.mean() < unusedPressure || (load.PeakQueued == 0 && load.Rejected == 0) {
+		return false
+	}
+	c.unusedSince = time.Time{}
+	old := c.cap
+	c.cap = u
+	c.reason = fmt.Sprintf("lower %d->%d: the token budget held the engine at %d running at most for 30s", old, c.cap, c.peakRun)
+	return true
+}
+
+// unusedPressure is the share of the last minute's decisions with demand
+// from which a cap the token budget leaves unused comes down, after
+// unusedWindow of it.
+const (
+	unusedPressure = 0.5
+	unusedWindow   = 15 * time.Second
+)
 
 // lightLoad reports whether the engine runs at most n requests on average
 // and met demand (requests queued or refused, or the engine at the cap) in

@@ -20,6 +20,9 @@ type controllerMetrics struct {
 	gapB     prometheus.Gauge
 	attain   prometheus.Gauge
 	prefills prometheus.Gauge
+	// the token model (see tokens)
+	prefillToken, prefillSteps, stepLimit prometheus.Gauge
+	step                                  *prometheus.GaugeVec
 }
 
 func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
@@ -36,19 +39,30 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 			Name: "kneecap_controller_deadline_rejections_total",
 			Help: "Requests refused at once because predicted wait + engine TTFT exceeded their TTFT target.",
 		}),
-		predTPOT: g("predicted_tpot_seconds", "Predicted TPOT at the cap, at the target percentile."),
-		predTTFT: g("predicted_engine_ttft_seconds", "Predicted engine TTFT at the cap, at the target percentile."),
-		predWait: g("predicted_wait_seconds", "Predicted queue wait of a request joining an empty queue."),
-		gapA:     g("model_gap_base_seconds", "Fitted fixed part a of the time per output chunk, a + b x running."),
-		gapB:     g("model_gap_per_running_seconds", "Fitted part b per running request of the time per output chunk."),
-		attain:   g("attainment_ratio", "Measured share of finished requests that met all their targets."),
-		prefills: g("prefill_limit", "Requests that may wait for their first token at once (prefill pacing; 0: off)."),
+		predTPOT:     g("predicted_tpot_seconds", "Predicted TPOT at the cap, at the target percentile."),
+		predTTFT:     g("predicted_engine_ttft_seconds", "Predicted engine TTFT at the cap, at the target percentile."),
+		predWait:     g("predicted_wait_seconds", "Predicted queue wait of a request joining an empty queue."),
+		gapA:         g("model_gap_base_seconds", "Fitted fixed part a of the time per output chunk, a + b x running."),
+		gapB:         g("model_gap_per_running_seconds", "Fitted part b per running request of the time per output chunk."),
+		attain:       g("attainment_ratio", "Measured share of finished requests that met all their targets."),
+		prefills:     g("prefill_limit", "Requests that may wait for their first token at once (prefill pacing; 0: off)."),
+		prefillToken: g("prefill_seconds_per_token", "Learned prefill time per prompt token (the token budget; 0: not learned)."),
+		prefillSteps: g("prefill_steps", "Learned decode steps a prefill waits and takes, beside its tokens."),
+		stepLimit:    g("step_limit_seconds", "Longest decode step the TPOT target allows at the percentile: the token budget's step limit (0: none)."),
+		step: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kneecap_controller_step_seconds",
+			Help: "Learned decode step: base + per_running x running + per_kv_token x resident KV tokens, by term.",
+		}, []string{"term"}),
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")
+	for _, term := range []string{"base", "per_running", "per_kv_token"} {
+		m.step.WithLabelValues(term)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
-			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills} {
+			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills,
+			m.prefillToken, m.prefillSteps, m.stepLimit, m.step} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -81,4 +95,11 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 	}
 	m.attain.Set(c.measuredAttainment(now))
 	m.prefills.Set(float64(c.prefills))
+	k := c.tok.costs(c.Costs().StepLimit, 0)
+	m.prefillToken.Set(k.PrefillPerToken)
+	m.prefillSteps.Set(k.PrefillSteps)
+	m.stepLimit.Set(k.StepLimit.Seconds())
+	m.step.WithLabelValues("base").Set(k.StepBase.Seconds())
+	m.step.WithLabelValues("per_running").Set(k.StepPerRunning.Seconds())
+	m.step.WithLabelValues("per_kv_token").Set(k.StepPerKVToken)
 }

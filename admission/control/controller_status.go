@@ -57,10 +57,43 @@ type ControllerStatus struct {
 	// PredictedWait is the predicted wait of a request joining an empty
 	// queue now, in seconds.
 	PredictedWait Float `json:"predicted_wait_seconds"`
+	// Tokens is the model of the engine's costs in tokens and the token
+	// budget it gives the limiter.
+	Tokens TokenStatus `json:"tokens"`
 	// Levels are at most maxStatusLevels (64) levels around the cap (see
 	// Status); LevelsOmitted counts the others that would have been listed.
 	Levels        []LevelStatus `json:"levels"`
 	LevelsOmitted int           `json:"levels_omitted,omitempty"`
+}
+
+// TokenStatus is the model of the engine's costs in tokens (see tokens)
+// and the budget it sets: what the limiter weighs beside the count cap.
+type TokenStatus struct {
+	// Budget is true when the limiter holds the token budget (learned and
+	// not turned off by KNEECAP_TOKEN_BUDGET=false).
+	Budget bool `json:"budget"`
+	// Prefill: base + steps x the decode step + per token x prompt tokens,
+	// in seconds; 0 per token: not learned yet.
+	PrefillBase     Float `json:"prefill_base_seconds"`
+	PrefillSteps    Float `json:"prefill_steps"`
+	PrefillPerToken Float `json:"prefill_seconds_per_token"`
+	// Step: base + per running x running + per KV token x resident KV
+	// tokens, in seconds; StepLimit is the longest step the TPOT target
+	// allows at the percentile (0: no step budget).
+	StepBase       Float `json:"step_base_seconds"`
+	StepPerRunning Float `json:"step_per_running_seconds"`
+	StepPerKVToken Float `json:"step_per_kv_token_seconds"`
+	StepLimit      Float `json:"step_limit_seconds"`
+	// HiddenKV is the KV tokens the engine holds beyond its running
+	// requests' (read from its metrics); MeanOutput and MeanPrompt are the
+	// recent requests' output (usage) and prompt (estimate) in tokens.
+	HiddenKV   Float `json:"hidden_kv_tokens"`
+	MeanOutput Float `json:"mean_output_tokens"`
+	MeanPrompt Float `json:"mean_prompt_tokens"`
+	// LongestMeeting is the longest prompt, in tokens, that meets the
+	// operator's TTFT target with the engine to itself; longer ones are
+	// served when the engine has room, never refused for their size alone.
+	LongestMeeting int `json:"longest_prompt_meeting_ttft,omitempty"`
 }
 
 // LevelStatus is what the controller learned about one running count.
@@ -101,6 +134,7 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		st.Reason += " (still learning: no level measured under demand for 20s yet)"
 	}
 	st.Attainment = Float(c.measuredAttainment(now))
+	st.Tokens = c.tokenStatus()
 	if w, ok := c.PredictWait(now, 0); ok {
 		st.PredictedWait = Float(w.Seconds())
 	}

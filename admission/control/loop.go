@@ -29,6 +29,17 @@ type LoopConfig struct {
 	// its time, holding back only the next change), for recording a
 	// trajectory.
 	OnChange func(now time.Time, d Decision)
+	// Engine, when set, returns what the engine reports of itself (its own
+	// metrics) and whether that reading is fresh; it is asked at every
+	// decision, outside the loop's lock.
+	Engine func() (EngineReading, bool)
+}
+
+// EngineReading is what an engine reports of itself: the KV tokens it
+// holds, the requests it runs and those it queues itself (NaN: not
+// published).
+type EngineReading struct {
+	KVTokens, Running, Waiting float64
 }
 
 // Loop is the control loop: it runs a Controller against a limiter, feeds
@@ -47,6 +58,7 @@ type LoopConfig struct {
 // still sees every chunk observed before it.
 type Loop struct {
 	l       *admission.Limiter
+	engine  func() (EngineReading, bool)
 	log     *slog.Logger
 	metrics *controllerMetrics
 	onChg   func(time.Time, Decision)
@@ -56,7 +68,8 @@ type Loop struct {
 	peakRun, peakQue int
 	rejected         int
 	gaps             gapQueue
-	pacing           int // the limiter's prefill limit, as last decided
+	pacing           int             // the limiter's prefill limit, as last decided
+	costs            admission.Costs // the limiter's token budget, as last decided
 
 	apply sync.Mutex // orders the effects of decisions; taken while mu is held, never the other way
 }
@@ -71,11 +84,13 @@ type effects struct {
 	pacingChanged     bool
 	oldPacing, pacing int
 	pacingBound       time.Duration
+	costsChanged      bool
+	costs             admission.Costs
 }
 
 // unlockAndApply releases mu and then carries out e, in decision order.
 func (r *Loop) unlockAndApply(e effects) {
-	if !e.capChanged && !e.pacingChanged {
+	if !e.capChanged && !e.pacingChanged && !e.costsChanged {
 		r.mu.Unlock()
 		return
 	}
@@ -95,6 +110,12 @@ func (r *Loop) unlockAndApply(e effects) {
 	if e.pacingChanged {
 		r.log.Info("prefill limit changed", "from", e.oldPacing, "to", e.pacing, "reason", "median engine TTFT")
 		r.l.SetPacing(e.pacing, e.pacingBound)
+	}
+	if e.costsChanged {
+		r.l.SetCosts(e.costs)
+		r.log.Debug("token budget", "prefill_base", e.costs.PrefillBase, "prefill_steps", e.costs.PrefillSteps, "prefill_per_token", e.costs.PrefillPerToken,
+			"step_base", e.costs.StepBase, "step_per_running", e.costs.StepPerRunning, "step_per_kv_token", e.costs.StepPerKVToken,
+			"step_limit", e.costs.StepLimit, "hidden_kv", e.costs.HiddenKV, "mean_output", e.costs.MeanOutput)
 	}
 }
 
@@ -123,7 +144,7 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 		return nil, err
 	}
 	r := &Loop{
-		l: cfg.Limiter, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
+		l: cfg.Limiter, engine: cfg.Engine, log: cfg.Logger, metrics: m, onChg: cfg.OnChange,
 		c: NewController(cfg.Controller),
 	}
 	if r.log == nil {
@@ -166,12 +187,21 @@ func (r *Loop) applyGapsLocked() {
 	r.gaps.drain(func(p pendingGap) {
 		r.noteLocked(p.running, 0)
 		r.c.ObserveGap(p.at, p.running, p.gap)
+		r.c.ObserveStep(p.at, p.running, p.kv, p.gap)
 	})
 }
 
 func (r *Loop) tick(now time.Time) {
 	st := r.l.State()
+	var er EngineReading
+	fresh := false
+	if r.engine != nil {
+		er, fresh = r.engine()
+	}
 	r.lock()
+	if fresh {
+		r.c.ObserveEngine(now, er, st.Running, st.ResidentKV)
+	}
 	load := Load{
 		Running: st.Running, Queued: st.Queued,
 		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),
@@ -188,6 +218,10 @@ func (r *Loop) tick(now time.Time) {
 	if k := r.c.PrefillLimit(); k != r.pacing {
 		e.pacingChanged, e.oldPacing, e.pacing, e.pacingBound = true, r.pacing, k, r.c.Config().TTFT
 		r.pacing = k
+	}
+	if c := r.c.Costs(); c != r.costs {
+		e.costsChanged, e.costs = true, c
+		r.costs = c
 	}
 	r.unlockAndApply(e)
 }
@@ -215,8 +249,9 @@ func (r *Loop) FirstChunk(now time.Time, running int, engineTTFT time.Duration) 
 // descheduling. An observation that finds the mutex held is queued for the
 // next holder; the retry below applies it at once if the holder has left.
 func (r *Loop) Chunk(now time.Time, running int, gap time.Duration) {
+	kv := r.l.ResidentKV()
 	if !r.mu.TryLock() {
-		r.gaps.add(pendingGap{at: now, running: running, gap: gap})
+		r.gaps.add(pendingGap{at: now, running: running, kv: kv, gap: gap})
 		if !r.mu.TryLock() {
 			return // the holder, or the next one, applies it
 		}
@@ -227,6 +262,7 @@ func (r *Loop) Chunk(now time.Time, running int, gap time.Duration) {
 	r.applyGapsLocked()
 	r.noteLocked(running, 0)
 	r.c.ObserveGap(now, running, gap)
+	r.c.ObserveStep(now, running, kv, gap)
 	r.mu.Unlock()
 }
 
@@ -258,6 +294,8 @@ func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 		Running: n, EngineTTFT: rec.EngineTTFT, TPOT: tpot,
 		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
 		Targets: rec.VerdictTargets(), Good: rec.Outcome.Good(),
+		PromptTokens: rec.PromptTokens, PromptEstimate: rec.PromptEstimate,
+		PrefillAhead: rec.PrefillAhead, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
 	}
 	r.lock()
 	r.c.ObserveDone(now, f)
@@ -273,9 +311,10 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.lock()
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
-	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait}
+	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
+		PromptTokens: req.PromptTokens}
 	if s.Running < s.Limit && s.Prefilling > 0 {
-		q.Paced, q.PrefillAge = true, s.PrefillAge
+		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}
 	v := r.c.Admit(now, q)
 	var e effects

@@ -19,14 +19,23 @@ type prediction struct {
 	// by Little's law the engine completes n/Hold requests per second.
 	Hold float64
 	// Gap is the mean time per output chunk and CurveTTFT the fitted
-	// curve's mean engine TTFT, both at n.
-	Gap, CurveTTFT float64
+	// curve's mean engine TTFT, both at n. TGap is the mean time per output
+	// token a request sees: Gap and its share of the prefills that stall
+	// it (see spread.stallPer); TPOT spreads around it.
+	Gap, CurveTTFT, TGap float64
 }
 
 // spread holds the measured spread factors for one decision.
 type spread struct {
 	qTPOT, qTTFT, mTPOT, mTTFT float64
 	outP, outMean              float64
+	// stallPer is the time per output token that each running request
+	// adds to a request's TPOT by the prefills that stall it: while one
+	// request runs, about as many others are admitted as run (Little's
+	// law), each stalling its next token for a prefill, so its TPOT is
+	// gap(n) + n x prefill / (output - 1). 0 before the token model knows
+	// the prefill, or without the token budget.
+	stallPer float64
 }
 
 // table is the model's predictions for the levels 1..len(p)-1, rebuilt by
@@ -66,6 +75,7 @@ func (c *Controller) spreadAt(now time.Time) spread {
 	if len(tf) > 0 {
 		s.mTTFT = mean(tf)
 	}
+	s.stallPer = c.stallPer(s.outMean)
 	return s
 }
 
@@ -79,6 +89,7 @@ func (c *Controller) spreadAt(now time.Time) spread {
 // samples near n (see localQuantile). Predictions are made non-decreasing
 // in n: more requests running never make a step faster.
 func (c *Controller) refresh(now time.Time) {
+	c.tok.refit(now)
 	c.gap.fit(now)
 	c.ttft.fit(now)
 	c.tab.ok = c.gap.ok && c.ttft.ok
@@ -115,8 +126,12 @@ func (c *Controller) refresh(now time.Time) {
 	}
 	c.tab.p = c.tab.p[:top+1]
 	var prev prediction
+	tokGap := c.tokenGap(now)
 	for n := 1; n <= top; n++ {
 		g := c.gap.at(float64(n))
+		if tokGap != nil {
+			g = tokGap(n)
+		}
 		if w, m := c.gap.level(n); w > 0 {
 			k := math.Min(1, w/fullGapWeight)
 			g = k*m + (1-k)*g
@@ -131,7 +146,7 @@ func (c *Controller) refresh(now time.Time) {
 			q, mf = weightedQuantile(w, total, c.cfg.Percentile), weightedQuantile(w, total, 0.5)
 			buf = w
 		}
-		prev = s.predictionAt(g, f, q, mf, prev)
+		prev = s.predictionAt(n, g, f, q, mf, prev)
 		c.tab.p[n] = prev
 	}
 }
@@ -145,10 +160,10 @@ func (c *Controller) refresh(now time.Time) {
 func (c *Controller) checkFinite() {
 	s := c.tab.s
 	ok := finite(c.gap.a) && finite(c.gap.b) && finite(c.ttft.a) && finite(c.ttft.b) &&
-		finite(s.qTPOT) && finite(s.qTTFT) && finite(s.mTPOT) && finite(s.mTTFT) && finite(s.outP) && finite(s.outMean)
+		finite(s.qTPOT) && finite(s.qTTFT) && finite(s.mTPOT) && finite(s.mTTFT) && finite(s.outP) && finite(s.outMean) && finite(s.stallPer)
 	for n := 1; ok && n < len(c.tab.p); n++ {
 		p := &c.tab.p[n]
-		ok = finite(p.TPOT) && finite(p.TTFT) && finite(p.E2E) && finite(p.MeanTTFT) && finite(p.Hold) && finite(p.Gap) && finite(p.CurveTTFT)
+		ok = finite(p.TPOT) && finite(p.TTFT) && finite(p.E2E) && finite(p.MeanTTFT) && finite(p.Hold) && finite(p.Gap) && finite(p.CurveTTFT) && finite(p.TGap)
 	}
 	if !ok {
 		c.tab.ok, c.tab.bad = false, true
@@ -158,13 +173,14 @@ func (c *Controller) checkFinite() {
 // predictionAt is the prediction at a level with mean gap g, fitted engine
 // TTFT f, and engine TTFT P-quantile q and median mf there, made no lower
 // than prev, the prediction one level below.
-func (s spread) predictionAt(g, f, q, mf float64, prev prediction) prediction {
-	x := prediction{TPOT: s.qTPOT * g, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f}
+func (s spread) predictionAt(n int, g, f, q, mf float64, prev prediction) prediction {
+	tg := g + s.stallPer*float64(n)
+	x := prediction{TPOT: s.qTPOT * tg, TTFT: math.Max(q, 0), MeanTTFT: math.Max(mf, 0), Gap: g, CurveTTFT: f, TGap: tg}
 	x.TPOT = math.Max(x.TPOT, prev.TPOT)
 	x.TTFT = math.Max(x.TTFT, prev.TTFT)
 	x.MeanTTFT = math.Max(x.MeanTTFT, prev.MeanTTFT)
 	x.E2E = x.TTFT + math.Max(s.outP-1, 0)*x.TPOT
-	x.Hold = x.MeanTTFT + math.Max(s.outMean-1, 0)*s.mTPOT*g
+	x.Hold = x.MeanTTFT + math.Max(s.outMean-1, 0)*s.mTPOT*tg
 	return x
 }
 
@@ -178,7 +194,7 @@ func (s spread) predictionAt(g, f, q, mf float64, prev prediction) prediction {
 // stores every level as before.
 func (c *Controller) curvesOnlyAbove(s spread) bool {
 	return c.gap.xOf == nil && c.gap.b >= 0 && c.ttft.b >= 0 &&
-		s.qTPOT >= 0 && s.qTTFT >= 0 && s.mTTFT >= 0
+		s.qTPOT >= 0 && s.qTTFT >= 0 && s.mTTFT >= 0 && s.stallPer >= 0
 }
 
 // predict returns the prediction at n (clamped to [1, MaxCap]). Levels
@@ -195,7 +211,7 @@ func (c *Controller) predict(n int) prediction {
 	}
 	s := c.tab.s
 	g, f := c.gap.at(float64(n)), c.ttft.at(float64(n))
-	return s.predictionAt(g, f, s.qTTFT*f, s.mTTFT*f, c.tab.p[len(c.tab.p)-1])
+	return s.predictionAt(n, g, f, s.qTTFT*f, s.mTTFT*f, c.tab.p[len(c.tab.p)-1])
 }
 
 // attainment returns, for n = 0..len-1, the predicted share of requests
@@ -254,7 +270,7 @@ func (c *Controller) attainment(t slo.Targets) []float64 {
 			if len(c.tab.tp) >= 3 {
 				sa := 0.0
 				for _, r := range c.tab.tp {
-					sa += step(tp-r*x.Gap, 0.005*tp)
+					sa += step(tp-r*x.TGap, 0.005*tp)
 				}
 				ap = sa / float64(len(c.tab.tp))
 			} else {

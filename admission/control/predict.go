@@ -27,9 +27,17 @@ type Query struct {
 	MaxWait time.Duration
 	// Paced is true when a slot is free and the request waits only for
 	// the prefill of a request granted PrefillAge ago (see
-	// Limiter.SetPacing).
-	Paced      bool
-	PrefillAge time.Duration
+	// Limiter.SetPacing); PrefillWait is the limiter's predicted wait for
+	// the prefills under way, with its token budget (0 without).
+	Paced       bool
+	PrefillAge  time.Duration
+	PrefillWait time.Duration
+	// PrefillOwn is the request's own predicted prefill on the engine as
+	// it runs now, by the limiter's token budget (0 without).
+	PrefillOwn time.Duration
+	// PromptTokens is the request's prompt as the gateway estimates it (0:
+	// unknown).
+	PromptTokens int
 }
 
 // slotInterval is the predicted mean time between two slot releases at the
@@ -202,10 +210,12 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 		return Verdict{OK: true, Cap: c.cap} // no TTFT or E2E bound: no deadline to miss
 	}
 	wait, known := c.waitBound(q.Ahead)
-	eng := c.predictedEngineTTFT(now)
+	eng := c.engineTTFTOf(now, q.PromptTokens)
 	if byE2E {
 		wait, known = c.waitQuantile(q.Ahead)
 		eng = c.predictedEngineE2E(now)
+	} else {
+		budget = c.feasibleTTFT(q)
 	}
 	if !known {
 		return Verdict{OK: true, Cap: c.cap}
@@ -242,12 +252,55 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 	if !c.tab.ok || t.TTFT <= 0 {
 		return Verdict{OK: true, Cap: c.cap}
 	}
-	eng := c.predictedEngineTTFT(now)
+	t.TTFT = c.feasibleTTFT(q)
+	eng := c.engineTTFTOf(now, q.PromptTokens)
 	wait := max(eng-q.PrefillAge, 0)
+	if q.PrefillOwn > 0 && !c.cfg.NoTokenBudget {
+		// The limiter's token budget: the prefills under way, then its own.
+		wait, eng = q.PrefillWait, q.PrefillOwn
+	}
 	if queueBound(q) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
 		return Verdict{OK: true, Cap: c.cap}
 	}
 	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
+}
+
+// feasibleTTFT is the TTFT target the deadline check holds a request to:
+// its own, or, for a request that would miss it even with the engine to
+// itself (by the token model: a prompt too long for the target), what it
+// can meet alone and its target more: it may wait as long as a request
+// that can meet it. Such a request is never refused for its size alone:
+// it is served when the engine has room for it (the limiter's token budget
+// starts it when no other prefill is under way), and told to come back
+// when it would have to wait longer. (With a tenth of its target instead
+// of all of it, scenario 17's flood of 8,000-token prompts was refused at
+// every arrival behind the chat's prefills: 0 of 220 served.)
+func (c *Controller) feasibleTTFT(q Query) time.Duration {
+	t := q.Targets.TTFT
+	if c.cfg.NoTokenBudget || q.PromptTokens <= 0 || t <= 0 {
+		return t
+	}
+	if alone, ok := c.tok.prefillOf(q.PromptTokens); ok && alone > t {
+		return alone + t
+	}
+	return t
+}
+
+// engineTTFTOf is the predicted mean engine TTFT at the cap of a request
+// of p prompt tokens: the level's mean moved by the prefill of its
+// difference from the recent requests' mean prompt (0 or no model: the
+// level's mean as it is), never below its own prefill alone.
+func (c *Controller) engineTTFTOf(now time.Time, p int) time.Duration {
+	eng := c.predictedEngineTTFT(now)
+	own, ok := c.tok.prefillOf(p)
+	if !ok || p <= 0 || c.tok.prompt.w <= 0 || c.cfg.NoTokenBudget {
+		return eng
+	}
+	d := seconds(c.tok.prefill.c[2] * math.Abs(float64(p)-c.tok.prompt.mean()))
+	if float64(p) < c.tok.prompt.mean() {
+		d = -d
+	}
+	return max(eng+d, own)
 }
 
 // queueBound reports whether the request's own queue bound, longer than
@@ -269,6 +322,13 @@ func (c *Controller) PrefillLimit() int {
 	}
 	if c.prefills == 0 {
 		c.prefills = 1
+	}
+	if c.tokenBudget() {
+		// The token budget paces prefills by their tokens against each
+		// request's deadline: a count of prefills would hold a short
+		// prompt back behind a long one that the budget lets it follow.
+		c.prefills = 0
+		return 0
 	}
 	if len(c.tab.engineTTFT) < 8 {
 		return c.prefills
@@ -298,7 +358,7 @@ const maxPrefills = 64
 
 // raiseOnDemand raises the cap by one if the model supports it.
 func (c *Controller) raiseOnDemand(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= min(c.engineBound(now), c.usefulCap()) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
 	pl := c.plan(now)
@@ -319,7 +379,7 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 // only turns away a request the engine alone would have served, late
 // perhaps, and a rare burst does not hold the engine above its knee.
 func (c *Controller) raiseForBurst(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.cfg.MaxCap || !c.lightLoad(float64(c.cap)/2) {
+	if c.cfg.Fixed || !c.tab.ok || c.cap >= c.engineBound(now) || !c.lightLoad(float64(c.cap)/2) {
 		return false
 	}
 	a := c.attainment(c.op)

@@ -1,0 +1,191 @@
+package admission
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// costs of a simple engine: 1 ms of prefill per prompt token and a fixed
+// 10 ms step, nothing else.
+var testCosts = Costs{PrefillPerToken: 1e-3, StepBase: 10 * time.Millisecond}
+
+func tokenRequest(prompt int, ttft time.Duration) Request {
+	return Request{Arrival: time.Now(), Targets: slo.Targets{TTFT: ttft}, PromptTokens: prompt, MaxWait: 10 * time.Second}
+}
+
+// Behind a long prefill, a short prompt that still meets its deadline
+// after it starts at once, while a second long one that would not waits
+// for the first's first token.
+func TestPrefillBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 8, MaxQueue: 10})
+		l.SetCosts(testCosts)
+		ctx := t.Context()
+		long, err := l.Acquire(ctx, tokenRequest(600, time.Second)) // nothing under way: at once
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond) // it has started (a step has passed)
+		short, err := l.Acquire(ctx, tokenRequest(100, time.Second))
+		if err != nil {
+			t.Fatalf("short prompt behind a long one: %v, want a slot (600ms + 100ms < 1s)", err)
+		}
+		if tok, span, _ := short.PrefillAhead(); tok != 600 || span != 50*time.Millisecond {
+			t.Fatalf("PrefillAhead = %d tokens, %v; want 600, 50ms", tok, span)
+		}
+		second := acquireAsync(ctx, l, tokenRequest(600, time.Second))
+		synctest.Wait()
+		select {
+		case <-second:
+			t.Fatal("a second long prompt was granted while it would end past its deadline")
+		default:
+		}
+		if s := l.State(); s.Queued != 1 || s.Prefilling != 2 {
+			t.Fatalf("state %+v, want 1 queued, 2 prefilling", s)
+		}
+		time.Sleep(550 * time.Millisecond)
+		long.FirstToken()
+		short.FirstToken()
+		synctest.Wait()
+		r := <-second
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if h := l.Held(); h.Prefill != 1 || h.Cap != 0 {
+			t.Fatalf("held counts %+v, want one request held by the prefill budget", h)
+		}
+		for _, tk := range []*Ticket{long, short, r.t} {
+			tk.Release()
+		}
+	})
+}
+
+// A request that cannot meet its deadline even with the engine to itself
+// is never refused for its size: it starts when no other prefill is under
+// way.
+func TestDoomedRequestWaitsForAnEmptyPipeline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 8, MaxQueue: 10})
+		l.SetCosts(testCosts)
+		ctx := t.Context()
+		short, err := l.Acquire(ctx, tokenRequest(100, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		huge := acquireAsync(ctx, l, tokenRequest(5000, time.Second)) // 5s alone
+		synctest.Wait()
+		select {
+		case <-huge:
+			t.Fatal("a request that misses its deadline alone started beside another prefill")
+		default:
+		}
+		time.Sleep(100 * time.Millisecond)
+		short.FirstToken()
+		synctest.Wait()
+		r := <-huge
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		// And with nothing under way it starts at once.
+		r.t.FirstToken()
+		other, err := l.Acquire(ctx, tokenRequest(5000, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		short.Release()
+		r.t.Release()
+		other.Release()
+	})
+}
+
+// The step budget holds a request whose KV tokens would slow the decode
+// step past StepLimit, and grants it when a running request leaves; with
+// nothing running it starts whatever its size.
+func TestStepBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 8, MaxQueue: 10})
+		l.SetCosts(Costs{StepBase: 10 * time.Millisecond, StepPerKVToken: 1e-6, StepLimit: 20 * time.Millisecond})
+		ctx := t.Context()
+		a, err := l.Acquire(ctx, tokenRequest(6000, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Generated(1000)
+		if kv := l.ResidentKV(); kv != 7000 {
+			t.Fatalf("ResidentKV = %d, want 7000", kv)
+		}
+		b := acquireAsync(ctx, l, tokenRequest(4000, 0)) // 10ms + 11ms > 20ms
+		synctest.Wait()
+		select {
+		case <-b:
+			t.Fatal("granted past the step budget")
+		default:
+		}
+		a.Release()
+		synctest.Wait()
+		r := <-b
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if kv := l.ResidentKV(); kv != 4000 {
+			t.Fatalf("ResidentKV = %d after the first left, want 4000", kv)
+		}
+		if h := l.Held(); h.Step != 1 {
+			t.Fatalf("held counts %+v, want one held by the step budget", h)
+		}
+		r.t.Release()
+	})
+}
+
+// Zero Costs hold nothing back: only the count cap applies.
+func TestZeroCostsHoldNothing(t *testing.T) {
+	l := NewLimiter(Config{Limit: 2})
+	l.SetCosts(Costs{})
+	a, err1 := l.Acquire(t.Context(), tokenRequest(1e6, time.Millisecond))
+	b, err2 := l.Acquire(t.Context(), tokenRequest(1e6, time.Millisecond))
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	a.Release()
+	b.Release()
+}
+
+// A static bound on the prompt tokens in the prefill phase (vLLM's
+// max_num_queued_tokens) refuses at once a request that would take them
+// beyond it, counting those prefilling and those queued.
+func TestMaxPrefillTokens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10})
+		l.SetCosts(Costs{MaxPrefillTokens: 5000})
+		ctx := t.Context()
+		a, err := l.Acquire(ctx, tokenRequest(3000, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := acquireAsync(ctx, l, tokenRequest(1500, 0)) // queued: 4500 in the prefill phase
+		synctest.Wait()
+		if _, err := l.Acquire(ctx, tokenRequest(1000, 0)); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("a request past the bound: %v, want ErrQueueFull", err)
+		}
+		a.FirstToken() // its prompt leaves the prefill phase
+		c := acquireAsync(ctx, l, tokenRequest(1000, 0))
+		synctest.Wait()
+		a.Release()
+		synctest.Wait()
+		rb := <-b
+		if rb.err != nil {
+			t.Fatal(rb.err)
+		}
+		rb.t.Release()
+		synctest.Wait()
+		if rc := <-c; rc.err != nil {
+			t.Fatal(rc.err)
+		} else {
+			rc.t.Release()
+		}
+	})
+}
