@@ -85,37 +85,27 @@ func (s *rawScan) skipString() {
 // members calls fn with each member of the object v (keys with their
 // quotes), in order. It reports false if v is not an object.
 func members(v []byte, fn func(key, val []byte)) bool {
-	s := rawScan{b: v}
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
-		return false
-	}
-	s.i++
-	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case '}':
-			return true
-		case ',':
-			s.i++
-			s.ws()
-		}
+	return each(v, '{', '}', func(s *rawScan) {
 		k := s.value()
 		s.ws()
 		s.i++ // ':'
 		fn(k, s.value())
-	}
+	})
 }
 
 // elements calls fn with each element of the array v, in order. It
 // reports false if v is not an array.
 func elements(v []byte, fn func(val []byte)) bool {
+	return each(v, '[', ']', func(s *rawScan) { fn(s.value()) })
+}
+
+// each walks the object or array v (opened by open, closed by end),
+// calling item at the start of each member or element. It reports false
+// if v does not open with open or ends before end.
+func each(v []byte, open, end byte, item func(s *rawScan)) bool {
 	s := rawScan{b: v}
 	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != '[' {
+	if s.i >= len(s.b) || s.b[s.i] != open {
 		return false
 	}
 	s.i++
@@ -125,12 +115,13 @@ func elements(v []byte, fn func(val []byte)) bool {
 			return false
 		}
 		switch s.b[s.i] {
-		case ']':
+		case end:
 			return true
 		case ',':
 			s.i++
+			s.ws()
 		}
-		fn(s.value())
+		item(&s)
 	}
 }
 
