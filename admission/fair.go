@@ -84,6 +84,9 @@ type classQueue struct {
 	busy map[*flow]struct{}
 	// counted refusals and grants, for ClassStats
 	granted, shed int64
+	// since is the class's last grant, or when it began to wait if that
+	// is later (see scheduler.starved).
+	since time.Time
 }
 
 func newFairQueue(classes []ClassConfig, maxQueue int, f Fairness) *fairQueue {
@@ -211,6 +214,9 @@ func (q *fairQueue) push(w *waiter) {
 		cq.active = append(cq.active, f)
 	}
 	w.elem = f.waiters.PushBack(w)
+	if cq.n == 0 && w.enqueued.After(cq.since) {
+		cq.since = w.enqueued
+	}
 	cq.n++
 	q.n++
 	q.tokens += w.cand.prompt

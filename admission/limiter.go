@@ -335,7 +335,7 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, cla
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
 	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
-	t.charged = l.s.granted(f, class)
+	t.charged = l.s.granted(now, f, class)
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))
 	return t
@@ -370,8 +370,13 @@ func (l *Limiter) slotFreeLocked(now time.Time) bool {
 func (l *Limiter) wakeLocked(now time.Time) {
 	var prev *waiter
 	for l.s.queue.n > 0 {
-		w := l.s.queue.next()
-		if ok, why := l.fitsLocked(now, w.cand, w.flow); !ok {
+		w, held := l.s.queue.next(), 0
+		if a := l.s.starved(now); a != nil {
+			w = a // before the higher classes and what is held for them
+		} else {
+			held = l.s.heldFor(now, w.flow)
+		}
+		if ok, why := l.b.fits(now, w.cand, l.runningLocked(), l.ResidentKV(), held); !ok {
 			l.b.hold(w, why)
 			break
 		}

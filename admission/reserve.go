@@ -9,7 +9,9 @@ import "time"
 type reservation struct {
 	class int
 	flow  *flow
-	until time.Time
+	// from is the earliest the refused request may come back (told to
+	// wait its Retry-After), until the last it is waited for.
+	from, until time.Time
 }
 
 // reserveGrace is how long past its Retry-After (rounded up to whole
@@ -46,7 +48,7 @@ func (s *scheduler) reserve(now time.Time, f *flow, tenant bool, retry time.Dura
 		}
 		s.reserved = append(s.reserved[:last], s.reserved[last+1:]...)
 	}
-	r := reservation{class: class, until: until}
+	r := reservation{class: class, from: now.Add(retry.Truncate(time.Second)), until: until}
 	if tenant {
 		r.flow = f
 	}
@@ -126,8 +128,13 @@ func (s *scheduler) ownReservations(f *flow) int {
 // consume ends one reservation of f (the earliest to end): a request
 // of f was granted a slot, as the one refused would have been on its
 // return. It takes f's own (tenant) reservation first, else, when class
-// is set, one of its class's.
-func (s *scheduler) consume(f *flow, class bool) {
+// is set, one of its class's that may have come back by now: a request
+// granted before the refused one was told it may return is a new one
+// (a closed-loop user's next turn), not the return, and taking the
+// reservation would leave the slot to a lower class when the return
+// comes (scenario 14's batch took an interactive user's slot for a
+// whole generation that way, one grant in twenty).
+func (s *scheduler) consume(now time.Time, f *flow, class bool) {
 	at := -1
 	for i, r := range s.reserved {
 		if r.flow == f && (at < 0 || r.until.Before(s.reserved[at].until)) {
@@ -136,7 +143,7 @@ func (s *scheduler) consume(f *flow, class bool) {
 	}
 	if at < 0 && class {
 		for i, r := range s.reserved {
-			if r.class == f.key.class && r.flow == nil && (at < 0 || r.until.Before(s.reserved[at].until)) {
+			if r.class == f.key.class && r.flow == nil && !now.Before(r.from) && (at < 0 || r.until.Before(s.reserved[at].until)) {
 				at = i
 			}
 		}
@@ -147,10 +154,12 @@ func (s *scheduler) consume(f *flow, class bool) {
 }
 
 // armReserveLocked arms the reservation timer when the next waiter is held
-// only by reservations, for the end of the first of them.
+// only by reservations, for the end of the first of them, or re-arms it
+// for an earlier end than the one it was armed for (a request refused
+// later, told a shorter Retry-After).
 func (l *Limiter) armReserveLocked(now time.Time) {
 	s := &l.s
-	if s.reserveTimer != nil || s.queue.n == 0 || !l.slotFreeLocked(now) {
+	if s.queue.n == 0 || !l.slotFreeLocked(now) {
 		return
 	}
 	if w := s.queue.next(); l.runningLocked()+s.heldFor(now, w.flow) < l.b.limit || len(s.reserved) == 0 {
@@ -162,12 +171,22 @@ func (l *Limiter) armReserveLocked(now time.Time) {
 			first = r.until
 		}
 	}
-	s.reserveTimer = time.AfterFunc(max(first.Sub(now), 0), func() {
+	if s.reserveTimer != nil {
+		if !first.Before(s.reserveAt) {
+			return
+		}
+		s.reserveTimer.Stop()
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(max(first.Sub(now), 0), func() {
 		l.mu.Lock()
-		l.s.reserveTimer = nil
+		if l.s.reserveTimer == tm { // not one stopped as it fired
+			l.s.reserveTimer = nil
+		}
 		l.wakeLocked(time.Now())
 		l.mu.Unlock()
 	})
+	s.reserveAt, s.reserveTimer = first, tm
 }
 
 // noteRefusal reserves a slot for a refused request's return (see
