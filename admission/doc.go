@@ -50,7 +50,9 @@
 //   - reserve.go: a refused request holds a slot back for its return,
 //     until its Retry-After (rounded up to whole seconds) plus 1.5 s, at
 //     most the cap's worth, consumed when a request of its kind is
-//     granted: from the classes below its own, and, when its tenant is
+//     granted (a class's, only once the refused one may be back: an
+//     earlier request of the class is a new one, not the return): from
+//     the classes below its own, and, when its tenant is
 //     under its share, from the tenants of its class it goes before (at
 //     a counter no higher, with fewer requests running per weight,
 //     counting its reserved slots). Such a tenant's Retry-After is at most
@@ -59,6 +61,9 @@
 //     for a predicted deadline miss while every slot is held, it would be
 //     told to come back behind everyone told so before, and find the
 //     slot taken by the first of the larger tenant's many requests.
+//     scheduler.go bounds strict priority: a class with waiters that has
+//     had no grant for starveBound gets the next slot, ahead of the
+//     higher classes and what is held for them.
 //   - limiter_hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time, latency targets, queue-wait bound), [State], and the
 //     optional [Hooks]: [Gate] (refuse a request at once instead of
