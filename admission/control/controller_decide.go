@@ -187,7 +187,8 @@ const (
 //     one level and the level above has no recent samples (the model
 //     cannot know it: from one level it extrapolates proportionally, which
 //     predicts no gain in throughput), at most once per probeBackoff from
-//     a level, doubling;
+//     a level, doubling; not with the token model's decode step, which
+//     predicts the level above from the KV cache (see shouldProbe);
 //   - otherwise hold.
 //
 // A level the cap was lowered from for missing P is barred from raises for

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -186,5 +187,25 @@ func TestProbesBackOff(t *testing.T) {
 	}
 	if len(probes) > 4 {
 		t.Errorf("%d probes from %d in an hour, want at most 4 (8, 16, 32 min apart)", len(probes), knee)
+	}
+}
+
+// With the token model's decode step learnt, the level above the knee is
+// predicted from the KV tokens one more request holds, not extrapolated
+// from one level: the controller does not probe it.
+func TestNoProbeWithTheTokenModel(t *testing.T) {
+	e := bf16Like()
+	e.prompt = 2000
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	if c.tokenGap(now) == nil {
+		t.Fatal("the token model's step is not learnt")
+	}
+	before := maps.Clone(c.probes) // probes before the model was learnt
+	for range 60 {
+		now, _ = e.run(t, c, now, time.Minute)
+		if !maps.Equal(c.probes, before) {
+			t.Fatalf("probed at cap %d: %v (before: %v)", c.Cap(), c.probes, before)
+		}
 	}
 }

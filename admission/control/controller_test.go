@@ -21,6 +21,10 @@ type engine struct {
 	// slowEvery > 0 makes every slowEvery-th request's TPOT 1.5 times the
 	// step (a neighbour's prefill stalled it).
 	slowEvery, done int
+	// prompt > 0 tells the token model too: prompts of prompt/2 to
+	// 3 prompt/2 tokens, prefilled in 1.5 steps and 160 us a token, and
+	// each step with the running requests' KV tokens.
+	prompt int
 }
 
 func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
@@ -40,6 +44,9 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		chunks := float64(n) * float64(tick) / float64(g)
 		for k := 0; k < int(chunks); k++ {
 			c.ObserveGap(now, n, g)
+			if e.prompt > 0 {
+				c.ObserveStep(now, n, n*(e.prompt+e.out/2), g)
+			}
 		}
 		// Completions: n/hold per second; starts equal completions.
 		hold := e.ttft(n) + time.Duration(e.out-1)*g
@@ -51,8 +58,14 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 			if e.done++; e.slowEvery > 0 && e.done%e.slowEvery == 0 {
 				tpot = g * 3 / 2
 			}
-			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: tpot,
-				Hold: hold, OutputTokens: e.out, Good: tpot <= 100*time.Millisecond})
+			f := Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: tpot,
+				Hold: hold, OutputTokens: e.out, Good: tpot <= 100*time.Millisecond}
+			if e.prompt > 0 {
+				p := e.prompt/2 + (e.done*997)%e.prompt
+				f.PromptTokens, f.PromptEstimate, f.PrefillStep = p, p, g
+				f.EngineTTFT = time.Duration(1.5*float64(g)) + time.Duration(float64(p)*160e3)
+			}
+			c.ObserveDone(now, f)
 		}
 		if i%10 == 9 {
 			queued := max(e.demand-c.Cap(), 0)
