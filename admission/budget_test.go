@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"testing/synctest"
@@ -139,6 +140,50 @@ func TestStepBudget(t *testing.T) {
 		}
 		r.t.Release()
 	})
+}
+
+// A long prompt held at the head of the queue by the token budget holds up
+// those behind it; when it leaves at its queue-wait bound (or its client
+// leaves), the next one starts at once, not at the next release.
+func TestWaiterBehindATimedOutHeadStartsAtOnce(t *testing.T) {
+	for _, how := range []string{"timeout", "cancel"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := NewLimiter(Config{Limit: 8, MaxQueue: 10})
+				l.SetCosts(testCosts)
+				ctx := t.Context()
+				long, err := l.Acquire(ctx, tokenRequest(600, time.Second)) // 600 ms of prefill
+				if err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(50 * time.Millisecond)
+				// 5 s alone: it starts only with no other prefill under way.
+				huge := tokenRequest(5000, time.Second)
+				huge.MaxWait = 100 * time.Millisecond
+				hctx, leave := context.WithCancel(ctx)
+				defer leave()
+				headDone := acquireAsync(hctx, l, huge)
+				synctest.Wait()
+				short := acquireAsync(ctx, l, tokenRequest(100, time.Second)) // fits behind the long one
+				pending(t, short, "the short prompt behind the held head")
+				if how == "cancel" {
+					time.Sleep(20 * time.Millisecond)
+					leave()
+				} else {
+					time.Sleep(100 * time.Millisecond)
+				}
+				if r := <-headDone; r.err == nil {
+					t.Fatal("the long prompt was granted")
+				}
+				tk := granted(t, short, "the short prompt, once the head left")
+				if tk.QueueWait() > 100*time.Millisecond {
+					t.Fatalf("waited %v", tk.QueueWait())
+				}
+				tk.Release()
+				long.Release()
+			})
+		})
+	}
 }
 
 // Zero Costs hold nothing back: only the count cap applies.

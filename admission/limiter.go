@@ -177,6 +177,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	case <-ctx.Done():
 		l.mu.Lock()
 		if l.leaveLocked(w) {
+			l.wakeLocked(time.Now()) // it may have held up those behind it
 			l.mu.Unlock()
 			return nil, ctx.Err()
 		}
@@ -204,7 +205,14 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			return w.ticket, nil
 		}
 		if l.leaveLocked(w) {
-			st := l.stateLocked(time.Now(), pos)
+			now := time.Now()
+			st := l.stateLocked(now, pos)
+			// At the head, held by the token budget, it held up those
+			// behind it: they may start now. (Without this a waiter behind
+			// a long prompt that timed out waited for the next release,
+			// or not, as the timeout and a wake at the same instant fell:
+			// scenario 16 did not repeat.)
+			l.wakeLocked(now)
 			hooks := l.hooks
 			l.mu.Unlock()
 			return nil, l.reject(ErrQueueTimeout, hooks, req, st)

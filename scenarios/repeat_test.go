@@ -13,7 +13,8 @@ import (
 // every decision feeds back into the next, on the open-loop bursts, and on
 // users half of whom do not stream (reassembled answers), and where the
 // gateway reads the engine's metrics between its ticks (18), and where a
-// flood of users arrives together (17).
+// flood of users arrives together (17), and where long prompts wait at
+// the head of the queue (16).
 func TestRunsRepeat(t *testing.T) {
 	short := Timing{Warmup: 20 * time.Second, Window: 60 * time.Second}
 	cases := []struct {
@@ -22,7 +23,12 @@ func TestRunsRepeat(t *testing.T) {
 	}{{4, short}, {7, short}, {18, short}, {20, short},
 		// The flood of 16 users, from minute 2 (they once all joined it
 		// at one instant).
-		{17, Timing{Warmup: 90 * time.Second, Window: 60 * time.Second}}}
+		{17, Timing{Warmup: 90 * time.Second, Window: 60 * time.Second}},
+		// Long prompts held at the head of the queue by the token budget
+		// until their queue-wait bound (the waiters behind one once
+		// waited for the next release, or not, as its timeout and a
+		// wake at the same instant fell).
+		{16, Timing{Warmup: 60 * time.Second, Window: 60 * time.Second}}}
 	for _, c := range cases {
 		id := c.id
 		sc, _ := ByID(id)
