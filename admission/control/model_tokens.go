@@ -234,8 +234,8 @@ type planeFit struct {
 const decayGrain = 10 * time.Millisecond
 
 func (f *planeFit) decay(now time.Time, tau time.Duration) {
-	if f.t.IsZero() {
-		f.t = now
+	if f.t.IsZero() || f.w == 0 {
+		f.t = now // nothing to age (an engine that reports no tokens)
 		return
 	}
 	if dt := now.Sub(f.t); dt >= decayGrain {
