@@ -50,8 +50,8 @@
 //   - reserve.go: a refused request holds a slot back for its return,
 //     until its Retry-After (rounded up to whole seconds) plus 1.5 s, at
 //     most the cap's worth, consumed when a request of its kind is
-//     granted (a class's, only once the refused one may be back: an
-//     earlier request of the class is a new one, not the return): from
+//     granted, only once the refused one may be back (an
+//     earlier request of its kind is a new one, not the return): from
 //     the classes below its own, and, when its tenant is
 //     under its share, from the tenants of its class it goes before (at
 //     a counter no higher, with fewer requests running per weight,

@@ -274,7 +274,7 @@ func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause
 		return nil, ErrQueueFull, l.stateLocked(now, l.s.queue.position(f)), false
 	}
 	if l.s.mayJump(now, f) {
-		if ok, _ := l.fitsLocked(now, c, f); ok {
+		if ok, _ := l.fitsLocked(now, c, l.s.heldFor(now, f)); ok {
 			// Perhaps a refused request come back: its reservation ends.
 			// (A tenant's slot held back from the waiters it goes before
 			// is its own to take, see scheduler.reserve.)
@@ -349,11 +349,11 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, cla
 	return t
 }
 
-// fitsLocked reports whether a request c of flow f may take a slot now:
-// the budget has room for it beside the slots held back from f (see
+// fitsLocked reports whether a request c may take a slot now: the
+// budget has room for it beside held more slots held back from it (see
 // scheduler.heldFor), and if not the reason.
-func (l *Limiter) fitsLocked(now time.Time, c candidate, f *flow) (bool, int) {
-	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), l.s.heldFor(now, f))
+func (l *Limiter) fitsLocked(now time.Time, c candidate, held int) (bool, int) {
+	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), held)
 }
 
 // heldOnlyByPacingLocked reports whether w would be granted now but for
@@ -384,7 +384,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 		} else {
 			held = l.s.heldFor(now, w.flow)
 		}
-		if ok, why := l.b.fits(now, w.cand, l.runningLocked(), l.ResidentKV(), held); !ok {
+		if ok, why := l.fitsLocked(now, w.cand, held); !ok {
 			l.b.hold(w, why)
 			break
 		}

@@ -10,7 +10,8 @@ type reservation struct {
 	class int
 	flow  *flow
 	// from is the earliest the refused request may come back (told to
-	// wait its Retry-After), until the last it is waited for.
+	// wait its Retry-After, taken in whole seconds), until the last it is
+	// waited for.
 	from, until time.Time
 }
 
@@ -128,16 +129,17 @@ func (s *scheduler) ownReservations(f *flow) int {
 // consume ends one reservation of f (the earliest to end): a request
 // of f was granted a slot, as the one refused would have been on its
 // return. It takes f's own (tenant) reservation first, else, when class
-// is set, one of its class's that may have come back by now: a request
-// granted before the refused one was told it may return is a new one
-// (a closed-loop user's next turn), not the return, and taking the
-// reservation would leave the slot to a lower class when the return
-// comes (scenario 14's batch took an interactive user's slot for a
-// whole generation that way, one grant in twenty).
+// is set, one of its class's; either only once the refused request may
+// have come back: a request granted before the refused one was told it
+// may return is a new one (a closed-loop user's next turn), not the
+// return, and taking the reservation would leave the slot to a lower
+// class or another tenant when the return comes (scenario 14's batch
+// took an interactive user's slot for a whole generation that way, one
+// grant in twenty).
 func (s *scheduler) consume(now time.Time, f *flow, class bool) {
 	at := -1
 	for i, r := range s.reserved {
-		if r.flow == f && (at < 0 || r.until.Before(s.reserved[at].until)) {
+		if r.flow == f && !now.Before(r.from) && (at < 0 || r.until.Before(s.reserved[at].until)) {
 			at = i
 		}
 	}

@@ -163,3 +163,41 @@ func TestLowerClassIsNotStarved(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A tenant's new request before its refused one may be back takes a free
+// slot, like a class's, and leaves the tenant's reservation for the return.
+func TestTenantsNewRequestLeavesItsReservation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		refuse := true
+		l := NewLimiter(Config{Limit: 2, MaxQueue: 10, Hooks: Hooks{Gate: gateFunc(func(r Request, s State) (bool, time.Duration) {
+			return !refuse, 30 * time.Second
+		})}})
+		a1, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+		a2, _ := l.Acquire(t.Context(), Request{Tenant: "a"})
+		time.Sleep(4 * time.Second) // held 4 s: a slot frees about every 2 s
+		_, err := l.Acquire(t.Context(), Request{Tenant: "b"})
+		re := AsReject(err)
+		if re == nil || re.RetryAfter < time.Second {
+			t.Fatalf("b: %v, want a refusal told to come back after a second or more", err)
+		}
+		refuse = false
+		a3 := acquireAsync(t.Context(), l, Request{Tenant: "a"})
+		synctest.Wait()
+		a1.Release()
+		pending(t, a3, "a's newcomer, with the slot kept for b's return,")
+		b, err := l.Acquire(t.Context(), Request{Tenant: "b"}) // b's next request, before the return
+		if err != nil {
+			t.Fatalf("b's new request: %v", err)
+		}
+		b.Release()
+		pending(t, a3, "a's newcomer, after b's new request (it took the return's reservation)")
+		time.Sleep(re.RetryAfter)
+		back, err := l.Acquire(t.Context(), Request{Tenant: "b"})
+		if err != nil {
+			t.Fatalf("b back: %v", err)
+		}
+		back.Release()
+		granted(t, a3, "a's newcomer, once b is back and done").Release()
+		a2.Release()
+	})
+}
