@@ -193,12 +193,13 @@ func (b *budget) paceFree(now time.Time) bool {
 
 // fits reports whether c may start now with running slots held (resident
 // KV tokens theirs) and reserved more held back from it, and if not the
-// reason.
-func (b *budget) fits(now time.Time, c candidate, running, resident, reserved int) (bool, int) {
+// reason. With paced false the prefill limit is not asked (a waiter at its
+// queue-wait bound, see expireLocked).
+func (b *budget) fits(now time.Time, c candidate, running, resident, reserved int, paced bool) (bool, int) {
 	switch {
 	case running >= b.limit:
 		return false, heldCount
-	case !b.paceFree(now):
+	case paced && !b.paceFree(now):
 		return false, heldPacing
 	case running+reserved >= b.limit:
 		return false, heldReserve
@@ -410,13 +411,4 @@ func (b *budget) hold(w *waiter, reason int) {
 		w.held |= 1 << reason
 		b.held[reason]++
 	}
-}
-
-// Held returns how many waiters were held back, by reason (see
-// HeldCounts).
-func (l *Limiter) Held() HeldCounts {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := l.b.held
-	return HeldCounts{Cap: h[heldCount], Pacing: h[heldPacing], Prefill: h[heldPrefill], Step: h[heldStep], Reserved: h[heldReserve]}
 }

@@ -8,18 +8,71 @@
 //
 // # Overview
 //
-// A grant asks two questions, each in one place: who goes next (the
-// scheduler) and whether that request may start now (the budget). The
-// limiter asks them in turn, and owns the lock, the waiting, the timers
-// and the errors.
+// A grant answers two questions, each in one place: who goes next (the
+// policy, over the queue) and whether that request may start now (the
+// budget). The grant asks them in turn, once each, in one file; the
+// limiter around it owns the lock, the waiting, the timers and the errors.
+//
+//	 a new request     anything that may free room      its queue-wait bound
+//	  (Acquire)     (release, first token, SetLimit,    (Acquire's timer)
+//	      │          pacing, costs, timers, a leaver)           │
+//	      ▼                       ▼                             ▼
+//	arriveLocked             wakeLocked                   expireLocked      grant.go
+//	      │                       │                             │
+//	policy.arrival:          policy.next: who is          the queue's head  policy.go
+//	ahead of the queue?      next (starvation bound);     and the slots     reserve.go
+//	slots held back          slots held back              held back
+//	      │                       │                             │
+//	budget.fits: the cap, pacing (not at the bound), the slots   budget.go
+//	held back, its prefill against the TTFT deadlines, the decode
+//	step against TPOT; budget.late (wake only): its own prefill
+//	now ends past its deadline
+//	      │                       │                             │
+//	grantLocked: policy.granted (reservation, fair share),       grant.go
+//	budget.take (prefilling, KV tokens) -> a Ticket
+//	or a refusal: reject, its Retry-After, the reservation       refuse.go
+//	for its return
+//
+// The files, one job each:
 //
 //   - limiter.go: [Limiter], a resizable cap on slots held at once with a
 //     bounded queue and a queue-wait bound. [Limiter.Acquire] returns
 //     a [Ticket] that is released exactly once when the stream ends.
 //     [Limiter.SetLimit] changes the cap at run time; [Limiter.Drain]
 //     rejects the queue and every later request during shutdown.
-//   - budget.go: what the engine holds through the limiter and whether a
-//     request may add to it: the count of slots (the cap); the prefills
+//   - grant.go: the grant, the one place a slot is given: for a new
+//     request (arriveLocked), for the queue whenever room may have come
+//     (wakeLocked), and for a waiter at its queue-wait bound held only by
+//     pacing (expireLocked); and the timers that wake the queue.
+//   - queue.go: who waits, in which order. [ClassConfig] are priority
+//     classes (Request.Class, strict priority at every grant, each with a
+//     share of the queue); within a class, tenants (Request.Tenant) take
+//     slots by fair share of tokens served ([Fairness]: the Virtual Token
+//     Counter of Sheng et al., OSDI 2024; [Ticket.Served] tells the tokens,
+//     charged at release), FIFO within a tenant. A full queue sheds the
+//     newest waiter of a lower class, or of the tenant with the most
+//     waiters, for a request that ranks above it (ErrShed). With one class
+//     and one tenant the queue is FIFO.
+//   - policy.go: who goes next: the queue's order, bounded by the
+//     starvation bound (a class with waiters that has had no grant for
+//     starveBound gets the next slot, ahead of the higher classes and what
+//     is held for them), and whether a new request may go before the
+//     queue.
+//   - reserve.go: the policy's reservations. A refused request holds a
+//     slot back for its return, until its Retry-After (rounded up to whole
+//     seconds) plus 1.5 s, at most the cap's worth, consumed when a
+//     request of its kind is granted, only once the refused one may be
+//     back (an earlier request of its kind is a new one, not the return):
+//     from the classes below its own, and, when its tenant is under its
+//     share, from the tenants of its class it goes before (at a counter no
+//     higher, with fewer requests running per weight, counting its
+//     reserved slots). Such a tenant's Retry-After is at most the
+//     limiter's estimate of the next slot free for it, and on its return
+//     it takes the slot though others wait: without it, refused for a
+//     predicted deadline miss while every slot is held, it would be told
+//     to come back behind everyone told so before, and find the slot taken
+//     by the first of the larger tenant's many requests.
+//   - budget.go: does it fit: the count of slots (the cap); the prefills
 //     under way ([Limiter.SetPacing]: at most k granted requests wait for
 //     their first token, [Ticket.FirstToken], each for at most a bound);
 //     and, with [Costs] set by the controller ([Limiter.SetCosts]), the
@@ -32,39 +85,14 @@
 //     the engine to itself starts when no other prefill is under way;
 //     nothing is held by the step budget while nothing runs. A waiter
 //     whose own prefill would now end past its deadline is refused
-//     (queue_timeout) rather than served late. [Limiter.Held] counts why
-//     waiters were held.
-//   - scheduler.go: who goes next: the classes, tenants and FIFO order of
-//     fair.go and the reservations of reserve.go behind one type.
-//   - fair.go: the queue's order. [ClassConfig] are priority classes
-//     (Request.Class, strict priority at every grant, each with a share of
-//     the queue); within a class, tenants (Request.Tenant) take slots by
-//     fair share of tokens served ([Fairness]: the Virtual Token Counter of
-//     Sheng et al., OSDI 2024; [Ticket.Served] tells the tokens, charged at
-//     release), FIFO within a tenant. A full queue sheds the newest waiter
-//     of a lower class, or of the tenant with the most waiters, for a
-//     request that ranks above it (ErrShed). [Limiter.Classes] and
-//     [Limiter.Tenants] (the top N by tokens served, the rest as "other")
-//     are snapshots for metrics and /status. With one class and one
-//     tenant the queue is FIFO, as before classes existed.
-//   - reserve.go: a refused request holds a slot back for its return,
-//     until its Retry-After (rounded up to whole seconds) plus 1.5 s, at
-//     most the cap's worth, consumed when a request of its kind is
-//     granted, only once the refused one may be back (an
-//     earlier request of its kind is a new one, not the return): from
-//     the classes below its own, and, when its tenant is
-//     under its share, from the tenants of its class it goes before (at
-//     a counter no higher, with fewer requests running per weight,
-//     counting its reserved slots). Such a tenant's Retry-After is at most
-//     the limiter's estimate of the next slot free for it, and on its
-//     return it takes the slot though others wait: without it, refused
-//     for a predicted deadline miss while every slot is held, it would be
-//     told to come back behind everyone told so before, and find the
-//     slot taken by the first of the larger tenant's many requests.
-//     scheduler.go bounds strict priority: a class with waiters that has
-//     had no grant for starveBound gets the next slot, ahead of the
-//     higher classes and what is held for them.
-//   - limiter_hooks.go: what the limiter tells and asks others: [Request]
+//     (queue_timeout) rather than served late.
+//   - refuse.go: how a request is refused: the Retry-After (the Refuser
+//     hook, else [EstimateRetryAfter]), the order in which waiters refused
+//     together are told theirs, and the reservation for its return.
+//   - state.go: snapshots: [Limiter.State], [Limiter.Held] (why waiters
+//     were held), [Limiter.Classes] and [Limiter.Tenants] (the top N by
+//     tokens served, the rest as "other"), for hooks, metrics and /status.
+//   - hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time, latency targets, queue-wait bound), [State], and the
 //     optional [Hooks]: [Gate] (refuse a request at once instead of
 //     queueing it to fail, reason "deadline") and [Refuser] (told of every
@@ -73,10 +101,10 @@
 //     time / limit.
 //   - precheck.go: [Limiter.Precheck], the refusal a request would get
 //     now, asked before its body is read.
-//   - limiter_errors.go: rejections are a [*RejectError] wrapping one
-//     sentinel (ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining)
-//     with the Retry-After duration. The HTTP edge (package proxy) maps
-//     them to 429/503 once.
+//   - errors.go: rejections are a [*RejectError] wrapping one
+//     sentinel (ErrQueueFull, ErrQueueTimeout, ErrDeadline, ErrDraining,
+//     ErrShed) with the Retry-After duration. The HTTP edge (package proxy)
+//     maps them to 429/503 once.
 //
 // # Concurrency model
 //

@@ -43,8 +43,8 @@ type Limiter struct {
 	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	b        budget    // what is held, and whether a request may add to it
-	s        scheduler // who goes next
+	b        budget // what is held, and whether a request may add to it
+	s        policy // who goes next
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -94,7 +94,7 @@ func NewLimiter(cfg Config) *Limiter {
 		origin:   time.Now(),
 		b:        newBudget(cfg.Limit),
 		hooks:    cfg.Hooks,
-		s:        newScheduler(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
+		s:        newPolicy(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
 	return l
 }
@@ -127,7 +127,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	start := time.Now()
 	l.mu.Lock()
-	t, cause, st, queue := l.tryLocked(start, start, req)
+	t, cause, st, queue := l.arriveLocked(start, start, req)
 	hooks := l.hooks
 	l.mu.Unlock()
 	switch {
@@ -150,7 +150,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	w := &waiter{enqueued: start, ready: make(chan struct{}), cand: candidateOf(req)}
 	l.mu.Lock()
 	// The state may have moved while the gate thought: check again.
-	t, cause, st, queue = l.tryLocked(time.Now(), start, req)
+	t, cause, st, queue = l.arriveLocked(time.Now(), start, req)
 	hooks = l.hooks
 	if !queue {
 		l.mu.Unlock()
@@ -191,33 +191,15 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
-		first := l.s.queue.next() == w
-		pos := l.s.queue.positionOf(w)
-		if now := time.Now(); first && l.heldOnlyByPacingLocked(now, w) && !l.draining && l.leaveLocked(w) {
-			// Held only by pacing, with a slot free: pacing defers a
-			// prefill to spare the one under way, it does not refuse. (The
-			// token budget does: a request held for its prefill past its
-			// deadline would miss it, and the step with one held for the
-			// step budget would spoil the running requests' time per
-			// token.)
-			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false)
-			l.mu.Unlock()
-			return w.ticket, nil
-		}
-		if l.leaveLocked(w) {
-			now := time.Now()
-			st := l.stateLocked(now, pos)
-			// At the head, held by the token budget, it held up those
-			// behind it: they may start now. (Without this a waiter behind
-			// a long prompt that timed out waited for the next release,
-			// or not, as the timeout and a wake at the same instant fell:
-			// scenario 16 did not repeat.)
-			l.wakeLocked(now)
-			hooks := l.hooks
-			l.mu.Unlock()
+		t, left, st := l.expireLocked(w)
+		hooks := l.hooks
+		l.mu.Unlock()
+		switch {
+		case t != nil:
+			return t, nil
+		case left:
 			return nil, l.reject(ErrQueueTimeout, hooks, req, st)
 		}
-		l.mu.Unlock()
 		// A slot came in the same instant as the timeout: take it.
 		return l.woken(w, req)
 	}
@@ -241,88 +223,6 @@ func (l *Limiter) woken(w *waiter, req Request) (*Ticket, error) {
 	return w.ticket, nil
 }
 
-// refuseLocked refuses a waiter taken off the queue with cause and state,
-// after prev (nil: the first refused in this pass), and returns it as the
-// next one's prev. The Refused hook is what tells each its Retry-After,
-// and the controller's answer depends on the answers before it (it sends
-// each refused request to a later release): waiters woken at one instant
-// run in no fixed order, so each one's hook waits for the one refused
-// before it, and the answers follow the queue's order, not the scheduler's.
-func (l *Limiter) refuseLocked(w, prev *waiter, cause error, st State) *waiter {
-	w.err, w.state = cause, st
-	w.done = make(chan struct{})
-	if prev != nil {
-		w.turn = prev.done
-	}
-	close(w.ready)
-	return w
-}
-
-// tryLocked grants a slot at once, refuses (cause set, with the state to
-// explain it), or says the request must queue. It never calls a hook:
-// hooks run without the lock (see reject).
-//
-// When it must queue, st is the state with the place the request would
-// take.
-func (l *Limiter) tryLocked(now, start time.Time, req Request) (t *Ticket, cause error, st State, queue bool) {
-	if l.draining {
-		return nil, ErrDraining, l.stateLocked(now, l.s.queue.n+1), false
-	}
-	f := l.s.queue.flowFor(req.Class, req.Tenant)
-	c := candidateOf(req)
-	if l.b.overPrefillTokens(now, c.prompt, l.s.queue.tokens) {
-		return nil, ErrQueueFull, l.stateLocked(now, l.s.queue.position(f)), false
-	}
-	if l.s.mayJump(now, f) {
-		if ok, _ := l.fitsLocked(now, c, l.s.heldFor(now, f)); ok {
-			// Perhaps a refused request come back: its reservation ends.
-			// (A tenant's slot held back from the waiters it goes before
-			// is its own to take, see scheduler.reserve.)
-			return l.grantLocked(now, start, f, c, true), nil, State{}, false
-		}
-	}
-	st = l.stateLocked(now, l.s.queue.position(f))
-	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
-	if l.b.costs.knowsPrefill() {
-		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
-	}
-	if _, ok := l.s.queue.room(f); !ok {
-		return nil, ErrQueueFull, st, false
-	}
-	return nil, nil, st, true
-}
-
-// enqueueLocked queues w; a waiter it displaces is refused with ErrShed.
-func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
-	if v := l.s.enqueue(w); v != nil {
-		v.err, v.state = ErrShed, l.stateLocked(now, l.s.queue.position(v.flow))
-		close(v.ready)
-	}
-}
-
-// reject builds a rejection; call it without the lock held.
-// A refused request of a higher class has a slot reserved for its return
-// (see scheduler.reserve).
-func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectError {
-	re := &RejectError{Err: cause, RetryAfter: l.retryAfter(h, req, st), State: st}
-	l.noteRefusal(re, req)
-	return re
-}
-
-// retryAfter asks the hook, then the built-in estimate, then falls back to
-// the queue-wait bound when nothing has been measured yet.
-func (l *Limiter) retryAfter(h Hooks, req Request, s State) time.Duration {
-	if h.Refuser != nil {
-		if d := h.Refuser.Refused(req, s); d > 0 {
-			return d
-		}
-	}
-	if d := EstimateRetryAfter(s); d > 0 {
-		return d
-	}
-	return max(req.MaxWait, 0)
-}
-
 // leaveLocked removes a waiter that gave up. It returns false when the
 // waiter was already granted or rejected (ready closed), in which case the
 // caller owns w.ticket.
@@ -334,89 +234,6 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 	}
 	l.s.queue.remove(w)
 	return true
-}
-
-// grantLocked grants f's request c a slot: the scheduler counts the grant
-// (a reservation it ends: f's own, or with class its class's; its fair
-// share) and the budget takes it.
-func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, class bool) *Ticket {
-	l.running.Add(1)
-	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
-	t.charged = l.s.granted(now, f, class)
-	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
-	l.kvPrompt.Add(int64(t.est))
-	return t
-}
-
-// fitsLocked reports whether a request c may take a slot now: the
-// budget has room for it beside held more slots held back from it (see
-// scheduler.heldFor), and if not the reason.
-func (l *Limiter) fitsLocked(now time.Time, c candidate, held int) (bool, int) {
-	return l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), held)
-}
-
-// heldOnlyByPacingLocked reports whether w would be granted now but for
-// the prefill limit.
-func (l *Limiter) heldOnlyByPacingLocked(now time.Time, w *waiter) bool {
-	running := l.runningLocked()
-	if running+l.s.heldFor(now, w.flow) >= l.b.limit {
-		return false
-	}
-	return l.b.prefillFits(now, w.cand, running, l.ResidentKV()) && l.b.stepFits(w.cand, running, l.ResidentKV())
-}
-
-// slotFreeLocked reports whether a slot is free and pacing lets one more
-// request start its prefill, whoever it is.
-func (l *Limiter) slotFreeLocked(now time.Time) bool {
-	return l.runningLocked() < l.b.limit && l.b.paceFree(now)
-}
-
-// wakeLocked grants slots to waiters, in the queue's order, while the
-// budget has room for the next. When waiters are held only by pacing, it
-// arms the pace timer for the end of the oldest prefill's bound.
-func (l *Limiter) wakeLocked(now time.Time) {
-	var prev *waiter
-	for l.s.queue.n > 0 {
-		w, held := l.s.queue.next(), 0
-		if a := l.s.starved(now); a != nil {
-			w = a // before the higher classes and what is held for them
-		} else {
-			held = l.s.heldFor(now, w.flow)
-		}
-		if ok, why := l.fitsLocked(now, w.cand, held); !ok {
-			l.b.hold(w, why)
-			break
-		}
-		l.s.queue.remove(w)
-		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
-			// It would miss its deadline from here: refused at once (as
-			// at its queue-wait bound), leaving the slot to the next.
-			prev = l.refuseLocked(w, prev, ErrQueueTimeout, l.stateLocked(now, 1))
-			continue
-		}
-		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
-		close(w.ready)
-	}
-	l.armPaceLocked(now)
-	l.armReserveLocked(now)
-}
-
-// armPaceLocked arms the pace timer when requests wait only because of
-// pacing, for the end of the oldest prefill's bound.
-func (l *Limiter) armPaceLocked(now time.Time) {
-	if l.s.queue.n > 0 && l.runningLocked() < l.b.limit && len(l.b.prefilling) > 0 && l.b.prefillBound > 0 && l.paceTimer == nil {
-		d := l.b.prefilling[0].prefillUntil.Sub(now)
-		l.paceTimer = time.AfterFunc(max(d, 0), l.paceExpired)
-	}
-}
-
-// paceExpired wakes the queue when the oldest prefill's bound has passed.
-func (l *Limiter) paceExpired() {
-	l.mu.Lock()
-	l.paceTimer = nil
-	l.wakeLocked(time.Now())
-	l.mu.Unlock()
 }
 
 // SetPacing makes the limiter pace prefills: a request is granted a slot
@@ -532,33 +349,4 @@ func (l *Limiter) Drain() {
 		l.s.queue.remove(w)
 		prev = l.refuseLocked(w, prev, ErrDraining, l.stateLocked(now, pos))
 	}
-}
-
-// State returns a snapshot of the limiter (Position 0).
-func (l *Limiter) State() State {
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.stateLocked(now, 0)
-}
-
-func (l *Limiter) stateLocked(now time.Time, pos int) State {
-	hold := l.meanHold
-	if hold == 0 && l.runningLocked() > 0 {
-		// Nothing released yet: the mean age of the held slots is the best
-		// measured lower bound of the hold time.
-		hold = now.Sub(l.origin) - l.grantSum/time.Duration(l.runningLocked())
-	}
-	st := State{
-		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.s.queue.n,
-		Position: pos, MeanHold: hold, Draining: l.draining,
-	}
-	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {
-		st.Prefilling, st.PrefillAge = len(l.b.prefilling), now.Sub(l.b.prefilling[0].granted)
-	}
-	for _, t := range l.b.prefilling {
-		st.PrefillTokens += t.est
-	}
-	st.ResidentKV = l.ResidentKV()
-	return st
 }

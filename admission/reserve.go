@@ -30,7 +30,7 @@ const reserveGrace = 500 * time.Millisecond
 // reservation replaces the one that ends last if it ends sooner. A
 // request of the lowest class reserves only as a tenant under its share
 // (nothing is below it).
-func (s *scheduler) reserve(now time.Time, f *flow, tenant bool, retry time.Duration, limit int) {
+func (s *policy) reserve(now time.Time, f *flow, tenant bool, retry time.Duration, limit int) {
 	class := f.key.class
 	if (class == len(s.queue.classes)-1 && !tenant) || retry <= 0 {
 		return
@@ -59,7 +59,7 @@ func (s *scheduler) reserve(now time.Time, f *flow, tenant bool, retry time.Dura
 // dropExpired drops the reservations that ended, and those of a
 // tenant whose flow was forgotten (see flowFor): its return finds a new
 // flow, which cannot consume them.
-func (s *scheduler) dropExpired(now time.Time) {
+func (s *policy) dropExpired(now time.Time) {
 	kept := s.reserved[:0]
 	for _, r := range s.reserved {
 		if r.until.After(now) && (r.flow == nil || s.queue.flows[r.flow.key] == r.flow) {
@@ -72,7 +72,7 @@ func (s *scheduler) dropExpired(now time.Time) {
 
 // heldFor counts the slots held back from flow f: those reserved by
 // a higher class, and by a tenant of f's class that goes before f.
-func (s *scheduler) heldFor(now time.Time, f *flow) int {
+func (s *policy) heldFor(now time.Time, f *flow) int {
 	s.dropExpired(now)
 	n := 0
 	for _, r := range s.reserved {
@@ -98,7 +98,7 @@ func aheadOf(a, b *flow, extra int) bool {
 // the slots it holds reserved already and the one it asks for) at least
 // one other tenant of its class that runs or waits (the class's busy
 // set: bounded by the cap and the queue, not by the tenants known).
-func (s *scheduler) underShare(f *flow) bool {
+func (s *policy) underShare(f *flow) bool {
 	own := s.ownReservations(f)
 	for g := range s.queue.classes[f.key.class].busy {
 		if g != f && aheadOf(f, g, own+1) {
@@ -109,14 +109,14 @@ func (s *scheduler) underShare(f *flow) bool {
 }
 
 // ownReservation reports whether f holds a live tenant reservation.
-func (s *scheduler) ownReservation(now time.Time, f *flow) bool {
+func (s *policy) ownReservation(now time.Time, f *flow) bool {
 	s.dropExpired(now)
 	return s.ownReservations(f) > 0
 }
 
 // ownReservations counts the live tenant reservations of f (call
 // dropExpired first).
-func (s *scheduler) ownReservations(f *flow) int {
+func (s *policy) ownReservations(f *flow) int {
 	n := 0
 	for _, r := range s.reserved {
 		if r.flow == f {
@@ -136,7 +136,7 @@ func (s *scheduler) ownReservations(f *flow) int {
 // class or another tenant when the return comes (scenario 14's batch
 // took an interactive user's slot for a whole generation that way, one
 // grant in twenty).
-func (s *scheduler) consume(now time.Time, f *flow, class bool) {
+func (s *policy) consume(now time.Time, f *flow, class bool) {
 	at := -1
 	for i, r := range s.reserved {
 		if r.flow == f && !now.Before(r.from) && (at < 0 || r.until.Before(s.reserved[at].until)) {
@@ -155,17 +155,15 @@ func (s *scheduler) consume(now time.Time, f *flow, class bool) {
 	}
 }
 
-// armReserveLocked arms the reservation timer when the next waiter is held
-// only by reservations, for the end of the first of them, or re-arms it
-// for an earlier end than the one it was armed for (a request refused
-// later, told a shorter Retry-After).
-func (l *Limiter) armReserveLocked(now time.Time) {
-	s := &l.s
-	if s.queue.n == 0 || !l.slotFreeLocked(now) {
+// armReserve arms the reservation timer for the end of the first
+// reservation, or re-arms it for an earlier end than the one it was armed
+// for (a request refused later, told a shorter Retry-After). When it
+// fires, it calls fire with forget, which fire calls under the limiter's
+// lock to forget the timer (unless it was replaced as it fired). Nothing
+// is armed while nothing is reserved.
+func (s *policy) armReserve(now time.Time, fire func(forget func())) {
+	if len(s.reserved) == 0 {
 		return
-	}
-	if w := s.queue.next(); l.runningLocked()+s.heldFor(now, w.flow) < l.b.limit || len(s.reserved) == 0 {
-		return // not held by a reservation (dropped the expired ones)
 	}
 	first := s.reserved[0].until
 	for _, r := range s.reserved[1:] {
@@ -180,43 +178,23 @@ func (l *Limiter) armReserveLocked(now time.Time) {
 		s.reserveTimer.Stop()
 	}
 	var tm *time.Timer
-	tm = time.AfterFunc(max(first.Sub(now), 0), func() {
-		l.mu.Lock()
-		if l.s.reserveTimer == tm { // not one stopped as it fired
-			l.s.reserveTimer = nil
+	forget := func() {
+		if s.reserveTimer == tm {
+			s.reserveTimer = nil
 		}
-		l.wakeLocked(time.Now())
-		l.mu.Unlock()
-	})
+	}
+	tm = time.AfterFunc(max(first.Sub(now), 0), func() { fire(forget) })
 	s.reserveAt, s.reserveTimer = first, tm
 }
 
-// noteRefusal reserves a slot for a refused request's return (see
-// scheduler.reserve); call it without the lock held. A tenant under its share
-// goes before the tenants it holds the slot back from, so its wait is
-// for the next slot free for it: its Retry-After is at most the
-// limiter's own estimate of that (EstimateRetryAfter at the place after
-// the slots already held back for it or for others before it).
-func (l *Limiter) noteRefusal(re *RejectError, req Request) {
-	if re.Err == ErrDraining {
-		return
-	}
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := &l.s
-	f := s.queue.flows[flowKey{s.queue.classOf(req.Class), req.Tenant}]
-	if f == nil {
-		return // forgotten (too many tenants): nothing to reserve for
-	}
+// refused tells the policy of a refused request of flow f: whether it
+// holds a slot back as a tenant under its share (tenant: see underShare),
+// and then the slots held back already for it or before it (ahead), which
+// place its wait (see Limiter.noteRefusal).
+func (s *policy) refused(now time.Time, f *flow) (tenant bool, ahead int) {
 	s.dropExpired(now)
-	tenant := s.underShare(f)
-	if tenant {
-		ahead := s.heldFor(now, f) + s.ownReservations(f)
-		pos := max(1, ahead+1-(l.b.limit-l.runningLocked()))
-		if d := EstimateRetryAfter(l.stateLocked(now, pos)); d > 0 {
-			re.RetryAfter = min(re.RetryAfter, d)
-		}
+	if !s.underShare(f) {
+		return false, 0
 	}
-	s.reserve(now, f, tenant, re.RetryAfter, l.b.limit)
+	return true, s.heldFor(now, f) + s.ownReservations(f)
 }

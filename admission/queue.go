@@ -85,7 +85,7 @@ type classQueue struct {
 	// counted refusals and grants, for ClassStats
 	granted, shed int64
 	// since is the class's last grant, or when it began to wait if that
-	// is later (see scheduler.starved).
+	// is later (see policy.starved).
 	since time.Time
 }
 
@@ -151,7 +151,7 @@ func (q *fairQueue) flowFor(class int, tenant string) *flow {
 
 // waitingAtOrAbove counts the waiters of class c and the classes above it:
 // a request of class c may skip the queue only when it is 0 (a lower
-// class may wait on slots held back for higher ones, see scheduler.reserve).
+// class may wait on slots held back for higher ones, see policy.reserve).
 func (q *fairQueue) waitingAtOrAbove(c int) int {
 	n := 0
 	for i := 0; i <= q.classOf(c); i++ {
@@ -413,87 +413,4 @@ func (q *fairQueue) positionOf(w *waiter) int {
 		}
 	}
 	return p + idx
-}
-
-// ClassStats is a snapshot of one class of the queue.
-type ClassStats struct {
-	Name    string
-	Running int
-	Queued  int
-	// Granted counts slots granted; Shed the waiters displaced by a
-	// request of higher priority or of a tenant under its share.
-	Granted, Shed int64
-}
-
-// TenantStats is a snapshot of one tenant in one class.
-type TenantStats struct {
-	Class, Tenant   string
-	Running, Queued int
-	Granted         int64
-	// Served is the weighted tokens served; VTC its virtual counter.
-	Served, VTC float64
-}
-
-// Classes returns a snapshot of each class, in priority order.
-func (l *Limiter) Classes() []ClassStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := make([]ClassStats, len(l.s.queue.classes))
-	for i, cq := range l.s.queue.classes {
-		out[i] = ClassStats{Name: cq.cfg.Name, Queued: cq.n, Granted: cq.granted, Shed: cq.shed}
-	}
-	for i, cq := range l.s.queue.classes {
-		for f := range cq.busy {
-			out[i].Running += f.running
-		}
-	}
-	return out
-}
-
-// Tenants returns the n tenants (per class) that were served the most
-// weighted tokens, most first, and the sum of all others under the tenant
-// name "other" (last, when there are others). Tenant names are what the
-// caller put in Request.Tenant.
-func (l *Limiter) Tenants(n int) []TenantStats {
-	l.mu.Lock()
-	all := make([]TenantStats, 0, len(l.s.queue.flows))
-	for _, f := range l.s.queue.flows {
-		all = append(all, TenantStats{
-			Class: l.s.queue.classes[f.key.class].cfg.Name, Tenant: f.key.tenant,
-			Running: f.running, Queued: f.waiters.Len(), Granted: f.granted, Served: f.served, VTC: f.vtc,
-		})
-	}
-	l.mu.Unlock()
-	slices.SortFunc(all, func(a, b TenantStats) int {
-		switch {
-		case a.Served != b.Served:
-			if a.Served > b.Served {
-				return -1
-			}
-			return 1
-		case a.Granted != b.Granted:
-			return int(b.Granted - a.Granted)
-		case a.Class != b.Class:
-			if a.Class < b.Class {
-				return -1
-			}
-			return 1
-		case a.Tenant < b.Tenant:
-			return -1
-		case a.Tenant > b.Tenant:
-			return 1
-		}
-		return 0
-	})
-	if len(all) <= n {
-		return all
-	}
-	other := TenantStats{Class: "", Tenant: "other"}
-	for _, t := range all[n:] {
-		other.Running += t.Running
-		other.Queued += t.Queued
-		other.Granted += t.Granted
-		other.Served += t.Served
-	}
-	return append(all[:n:n], other)
 }

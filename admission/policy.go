@@ -2,13 +2,14 @@ package admission
 
 import "time"
 
-// scheduler answers who goes next: the priority classes, the tenants' fair
-// shares within a class and FIFO within a tenant (the queue, fair.go), and
-// the slots held back for refused requests' return (reservations,
-// reserve.go). It holds no slot and no token: whether the request it names
-// may start now is the budget's to say (budget.go), and the limiter
-// (limiter.go) asks the two in turn. Guarded by the limiter's lock.
-type scheduler struct {
+// policy answers who goes next: the queue's order (queue.go: priority
+// classes, the tenants' fair shares within a class, FIFO within a
+// tenant), bounded by the starvation bound, and the slots held back for
+// refused requests' return (reservations, reserve.go). It holds no slot
+// and no token: whether the request it names may start now is the
+// budget's to say (budget.go), and the grant (grant.go) asks the two in
+// turn. Guarded by the limiter's lock.
+type policy struct {
 	queue *fairQueue
 	// Slots held back from lower classes for refused requests of higher
 	// ones until they return, and the timer that wakes the queue when the
@@ -18,21 +19,37 @@ type scheduler struct {
 	reserveAt    time.Time // when reserveTimer fires
 }
 
-func newScheduler(classes []ClassConfig, maxQueue int, f Fairness) scheduler {
-	return scheduler{queue: newFairQueue(classes, max(maxQueue, 0), f)}
+func newPolicy(classes []ClassConfig, maxQueue int, f Fairness) policy {
+	return policy{queue: newFairQueue(classes, max(maxQueue, 0), f)}
 }
 
-// mayJump reports whether a new request of flow f may start before anyone
-// queued: nobody of its class or above waits, or it comes back to a slot
-// its tenant holds reserved and is the next of its class in turn.
-func (s *scheduler) mayJump(now time.Time, f *flow) bool {
-	return s.queue.waitingAtOrAbove(f.key.class) == 0 || (s.ownReservation(now, f) && s.queue.first(f))
+// arrival reports whether a new request of flow f may start before anyone
+// queued (jump): nobody of its class or above waits, or it comes back to
+// a slot its tenant holds reserved and is the next of its class in turn;
+// and if so the slots held back from it (held: see heldFor).
+func (s *policy) arrival(now time.Time, f *flow) (jump bool, held int) {
+	if s.queue.waitingAtOrAbove(f.key.class) == 0 || (s.ownReservation(now, f) && s.queue.first(f)) {
+		return true, s.heldFor(now, f)
+	}
+	return false, 0
+}
+
+// next names the waiter the next slot goes to, and the slots held back
+// from it: the queue's next (see fairQueue.next), or, before it, the next
+// waiter of a class starved for starveBound, from which nothing is held
+// back. Call it only while someone waits.
+func (s *policy) next(now time.Time) (w *waiter, held int) {
+	if a := s.starved(now); a != nil {
+		return a, 0 // before the higher classes and what is held for them
+	}
+	w = s.queue.next()
+	return w, s.heldFor(now, w.flow)
 }
 
 // enqueue queues w, displacing the waiter the queue's room rule names
 // when the queue has no room for w; it returns that waiter (nil: none),
 // which the caller refuses with ErrShed.
-func (s *scheduler) enqueue(w *waiter) (shed *waiter) {
+func (s *policy) enqueue(w *waiter) (shed *waiter) {
 	if v, _ := s.queue.room(w.flow); v != nil {
 		s.queue.remove(v)
 		s.queue.classes[v.flow.key.class].shed++
@@ -45,14 +62,14 @@ func (s *scheduler) enqueue(w *waiter) (shed *waiter) {
 // granted counts a grant to flow f and returns what it charged its fair
 // share: it ends a reservation of f (its own, or with class its class's)
 // and charges the flow (see fairQueue.charge).
-func (s *scheduler) granted(now time.Time, f *flow, class bool) float64 {
+func (s *policy) granted(now time.Time, f *flow, class bool) float64 {
 	s.queue.classes[f.key.class].since = now
 	s.consume(now, f, class)
 	return s.queue.charge(f)
 }
 
 // stop stops the reservation timer (draining).
-func (s *scheduler) stop() {
+func (s *policy) stop() {
 	if s.reserveTimer != nil {
 		s.reserveTimer.Stop()
 		s.reserveTimer = nil
@@ -71,7 +88,7 @@ const starveBound = 5 * time.Minute
 
 // starved returns the next waiter of the highest class that has waited
 // starveBound without a grant, or nil.
-func (s *scheduler) starved(now time.Time) *waiter {
+func (s *policy) starved(now time.Time) *waiter {
 	for i := 1; i < len(s.queue.classes); i++ {
 		if cq := &s.queue.classes[i]; cq.n > 0 && now.Sub(cq.since) >= starveBound {
 			return cq.next()
