@@ -9,7 +9,9 @@
 // # Overview
 //
 //   - config.go: [Config] (env tags, defaults) and [ConfigFromEnv], whose
-//     errors name the variable ([SettingError]).
+//     errors name the variable ([SettingError]); config_validate.go:
+//     [Config.Validate], the checks of values that parse but make no
+//     sense.
 //   - gateway.go: [New] builds everything passively: the admission
 //     limiter, the sliding window, the metrics, the proxy and the
 //     controller of the cap: its own (adaptive.go) unless [WithCapControl]

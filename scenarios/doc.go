@@ -49,6 +49,8 @@
 //     right-sized fleet (TestScaling). A fixed fleet with a slower replica
 //     and a balancer weighing replicas by their caps (kneecap's
 //     agent-check) against replicas alone: TestFleetComposes.
+//     scaling_fleet.go: the fleet itself (its replicas, the balancer, the
+//     agent-check, the scrape and the autoscaler).
 //   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
 //     suite (synctest needs a test): the full sweep checked against the
 //     issue's thresholds, or what its flags choose (scenarios, caps, seed,

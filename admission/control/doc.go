@@ -14,6 +14,9 @@
 //     method takes the time), its [ControllerConfig], what it is told
 //     ([Finished], [Load]) and answers ([Decision]); the bounds
 //     [DefaultMaxCap] and [CapLimit].
+//   - controller_observe.go: what it is told ([Controller.ObserveFirst],
+//     ObserveGap, ObserveStep, ObserveEngine, ObserveDone), the shift of a
+//     curve, and the measured attainment per level and class of targets.
 //   - controller_decide.go: [Controller.Decide], the plan and the moves
 //     of the cap; controller_memory.go: what decisions remember between
 //     them (failed levels, probes, demand).

@@ -1,0 +1,262 @@
+package control
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/kneecap/kneecap/slo"
+)
+
+// ObserveFirst records a first output chunk: engine TTFT with the number of
+// requests running on the engine at that moment.
+// A negative engineTTFT (a clock that went backwards) is dropped.
+func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Duration) {
+	c.keepPromise(now) // a request took a slot, whatever its latency
+	if engineTTFT < 0 {
+		return
+	}
+	y := engineTTFT.Seconds()
+	c.ttftShift.add(now, running, y)
+	c.ttft.add(now, running, y)
+	if now.Add(-engineTTFT).Before(c.shiftAt) {
+		return // began before a shift: neither regime
+	}
+	c.ttftSamples.add(sample{now, c.ttft.clampN(running), y})
+	if c.ttft.ok {
+		c.ttftR.add(now, ratio(y, c.ttft.at(float64(running))))
+	}
+}
+
+// ratio is y/m, or NaN (which every ring drops) when m is not positive.
+func ratio(y, m float64) float64 {
+	if !(m > 0) {
+		return math.NaN()
+	}
+	return y / m
+}
+
+// finite reports whether x is neither NaN nor infinite.
+func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+
+// ObserveGap records the gap between two output chunks of one stream with
+// the number of requests running then.
+func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
+	y := gap.Seconds()
+	c.gapShift.add(now, running, y)
+	if c.gap.ok && y > outlierFactor*c.gap.at(float64(running)) {
+		return // a prefill stall, not a decode step (see outlierFactor)
+	}
+	c.gap.add(now, running, y)
+}
+
+// ObserveStep records the gap between two output chunks of one stream with
+// the requests running and the KV tokens they hold then (the limiter's
+// count), for the step model of the token budget.
+func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Duration) {
+	c.tok.observeStep(now, running, kv, gap)
+}
+
+// ObserveEngine records what the engine reports of itself (its metrics):
+// its resident KV tokens beside the limiter's count of its running
+// requests' own (resident), and the requests it runs and queues itself
+// beside the gateway's running count (see engineLimit).
+func (c *Controller) ObserveEngine(now time.Time, r EngineReading, running, resident int) {
+	if finite(r.KVTokens) {
+		c.tok.observeEngineKV(now, r.KVTokens, resident)
+	}
+	c.limit.observe(now, r, running)
+}
+
+// detectShift checks both latencies at the level the cap holds.
+func (c *Controller) detectShift(now time.Time) {
+	if r, ok := c.gapShift.check(now, c.cap); ok {
+		c.shift(now, "time per token", c.gap, r)
+	} else if r, ok := c.ttftShift.check(now, c.cap); ok {
+		c.shift(now, "engine TTFT", c.ttft, r)
+	}
+}
+
+// shift rescales a curve whose recent samples left its band and cuts the
+// weight of everything learned before.
+func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
+	cv.scale(r, 0.1)
+	// The token model follows: a shift of the step rescales the decode
+	// step, one of engine TTFT the prefill.
+	if cv == c.gap {
+		// A slower step makes slower prefills too (they are steps).
+		c.tok.step.scale(r, 0.1)
+		c.tok.prefill.scale(r, 0.3)
+	} else {
+		c.tok.prefill.scale(r, 0.1)
+		c.tok.step.scale(1, 0.3)
+	}
+	other := c.ttft
+	if cv == c.ttft {
+		other = c.gap
+	}
+	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
+	clear(c.failed)     // what failed before may work now, and vice versa
+	clear(c.probes)
+	c.idle = decayed{}
+	clear(c.dwell)    // goodput measured in the old regime
+	clear(c.measured) // and attainment
+	// A shift of engine TTFT makes the samples of it a different regime's:
+	// they are forgotten. A shift of the time per token keeps them. The
+	// step time follows the KV cache of the requests running, so with
+	// heavy-tailed prompts a few long ones move it by a third and more for
+	// as long as they run, and the detector fires about every minute
+	// (scenario 12, seed 1: 12 shifts in 13 minutes); forgetting the
+	// samples then left the next few first tokens, the long prompt's
+	// neighbours, to predict every level (attainment 0 everywhere, the cap
+	// halved to 1). The samples are measurements, moved between levels
+	// along the TTFT curve, which follows the step. (Keeping the measured
+	// goodput and attainment across a step shift as well helped scenario
+	// 12 more but slowed the re-convergence after a real slowdown or
+	// longer prompts, scenarios 4 and 5, on most seeds.)
+	if cv == c.ttft {
+		c.ttftR.reset()
+		c.ttftSamples.reset()
+	}
+	c.shifts++
+	c.shiftAt = now
+	if cv == c.gap {
+		c.stepShiftAt = now
+	}
+	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
+	c.gapShift.reset()
+	c.ttftShift.reset()
+}
+
+// ObserveDone records a finished request. A request with no target at
+// all (a batch class without targets) teaches the model what it costs the
+// engine (hold time, output length, time per token) but counts to no class,
+// attainment or goodput: it has no target to meet or miss, so it can
+// neither drag the cap down nor, always "good", pull it up past the knee
+// of the requests that have targets.
+func (c *Controller) ObserveDone(now time.Time, f Finished) {
+	tau := c.cfg.Memory
+	if t := f.Targets; t != (slo.Targets{}) { // as judged: a zero field is no bound
+		c.observeJudged(now, f)
+	}
+	if f.Hold > 0 {
+		c.holdAvg.add(now, tau, f.Hold.Seconds())
+	}
+	if f.OutputTokens > 0 {
+		c.outTokens.add(now, float64(f.OutputTokens))
+	}
+	c.tok.observePrompt(now, f.PromptEstimate)
+	c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
+	// A running count that is NaN or infinite says nothing of the step
+	// time the request's tokens were made at: its TPOT ratio is dropped.
+	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && finite(f.Running) && !now.Add(-f.Hold).Before(c.shiftAt) {
+		n := f.Running
+		if n < 1 {
+			n = 1
+		}
+		c.tpotR.add(now, ratio(f.TPOT.Seconds(), c.gap.at(n)+c.tab.s.stallPer*n))
+	}
+}
+
+// observeJudged counts a finished request with targets to its class and
+// to the measured attainment and goodput.
+func (c *Controller) observeJudged(now time.Time, f Finished) {
+	tau := c.cfg.Memory
+	c.finished.add(now, tau, 1)
+	if f.Good {
+		c.goodSince++
+		c.good.add(now, tau, 1)
+	} else {
+		c.good.decay(now, tau)
+	}
+	t := f.Targets
+	d := c.classes[t]
+	if d == nil {
+		if len(c.classes) >= maxClasses { // bounded: forget the faintest other class
+			c.dropFaintestClass(now)
+		}
+		d = &decayed{}
+		c.classes[t] = d
+	}
+	d.add(now, tau, 1)
+	if !now.Add(-f.Hold).Before(c.changedAt) {
+		// Only requests that ran entirely under the cap count to it: one
+		// that began under a higher cap collided with its prefills.
+		c.noteMeasured(now, t, f.Good)
+	}
+}
+
+// dropFaintestClass forgets the class of targets with the least recent
+// weight, and its measured attainment, to make room for a new one. The
+// operator's class is never dropped: requests with targets of their own
+// (x-slo-*-ms headers, any value a client likes) may evict only each other,
+// never the class Decide holds at the percentile nor what was measured of it.
+func (c *Controller) dropFaintestClass(now time.Time) {
+	var worst slo.Targets
+	found, w := false, math.Inf(1)
+	for t, d := range c.classes {
+		if t == c.op {
+			continue
+		}
+		d.decay(now, c.cfg.Memory)
+		// Ties (every weight decayed to 0) go to the smallest targets, so
+		// that the choice does not depend on the map's order.
+		if !found || d.w < w || (d.w == w && lessTargets(t, worst)) {
+			worst, w, found = t, d.w, true
+		}
+	}
+	if !found {
+		return
+	}
+	delete(c.classes, worst)
+	delete(c.measured, worst)
+}
+
+// lessTargets orders targets by TTFT, then TPOT, then E2E.
+func lessTargets(a, b slo.Targets) bool {
+	if a.TTFT != b.TTFT {
+		return a.TTFT < b.TTFT
+	}
+	if a.TPOT != b.TPOT {
+		return a.TPOT < b.TPOT
+	}
+	return a.E2E < b.E2E
+}
+
+// noteMeasured counts a finished request of class t to the level the cap
+// holds now.
+func (c *Controller) noteMeasured(now time.Time, t slo.Targets, good bool) {
+	m := c.measured[t]
+	if m == nil {
+		m = perLevel{}
+		c.measured[t] = m
+	}
+	g := 0.0
+	if good {
+		g = 1
+	}
+	m.at(c.cap).add(now, c.cfg.Memory, g)
+}
+
+// perLevel holds one forgotten sum per cap level the cap has held: a few
+// levels, whatever MaxCap (a fixed cap of 100000 holds one). Every level is
+// used on its own, so the map's order never matters.
+type perLevel map[int]*decayed
+
+// at returns level n's sum, creating it.
+func (p perLevel) at(n int) *decayed {
+	d := p[n]
+	if d == nil {
+		d = &decayed{}
+		p[n] = d
+	}
+	return d
+}
+
+// get returns level n's sum, empty if it has none.
+func (p perLevel) get(n int) decayed {
+	if d := p[n]; d != nil {
+		return *d
+	}
+	return decayed{}
+}
