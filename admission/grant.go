@@ -148,6 +148,7 @@ func (l *Limiter) armPaceLocked(now time.Time) {
 // paceExpired wakes the queue when the oldest prefill's bound has passed.
 func (l *Limiter) paceExpired() {
 	l.mu.Lock()
+	l.tallyLocked(time.Now())
 	l.paceTimer = nil
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
@@ -166,6 +167,7 @@ func (l *Limiter) armReserveLocked(now time.Time) {
 	}
 	l.s.armReserve(now, func(forget func()) {
 		l.mu.Lock()
+		l.tallyLocked(time.Now())
 		forget()
 		l.wakeLocked(time.Now())
 		l.mu.Unlock()

@@ -30,6 +30,15 @@ type Request struct {
 	// bound on output tokens over all its choices (0: none given). The
 	// token budget (SetCosts) reads them.
 	PromptTokens, MaxOutput int
+	// Fingerprint identifies the request when its client sends it again
+	// after a refusal (its tenant, route and body, hashed by the caller);
+	// 0: not known. Retries is its client's count of its earlier attempts
+	// (the OpenAI SDKs' X-Stainless-Retry-Count), -1 or 0 when it does not
+	// say. See Limiter.Outside.
+	Fingerprint uint64
+	Retries     int
+
+	refusals int // times refused before (set by Acquire)
 }
 
 // State is a snapshot of the limiter, as hooks and rejections see it.

@@ -43,8 +43,9 @@ type Limiter struct {
 	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	b        budget // what is held, and whether a request may add to it
-	s        policy // who goes next
+	b        budget  // what is held, and whether a request may add to it
+	s        policy  // who goes next
+	o        outside // refused requests expected back, idle slot time
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -93,6 +94,7 @@ func NewLimiter(cfg Config) *Limiter {
 		maxQueue: max(cfg.MaxQueue, 0),
 		origin:   time.Now(),
 		b:        newBudget(cfg.Limit),
+		o:        newOutside(time.Now()),
 		hooks:    cfg.Hooks,
 		s:        newPolicy(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
@@ -127,6 +129,8 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	}
 	start := time.Now()
 	l.mu.Lock()
+	l.tallyLocked(start)
+	req.refusals = l.o.arrived(start, req.Fingerprint)
 	t, cause, st, queue := l.arriveLocked(start, start, req)
 	hooks := l.hooks
 	l.mu.Unlock()
@@ -150,7 +154,9 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	w := &waiter{enqueued: start, ready: make(chan struct{}), cand: candidateOf(req)}
 	l.mu.Lock()
 	// The state may have moved while the gate thought: check again.
-	t, cause, st, queue = l.arriveLocked(time.Now(), start, req)
+	now := time.Now()
+	l.tallyLocked(now)
+	t, cause, st, queue = l.arriveLocked(now, start, req)
 	hooks = l.hooks
 	if !queue {
 		l.mu.Unlock()
@@ -176,6 +182,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return l.woken(w, req)
 	case <-ctx.Done():
 		l.mu.Lock()
+		l.tallyLocked(time.Now())
 		if l.leaveLocked(w) {
 			l.wakeLocked(time.Now()) // it may have held up those behind it
 			l.mu.Unlock()
@@ -191,6 +198,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 		return nil, ctx.Err()
 	case <-timeout:
 		l.mu.Lock()
+		l.tallyLocked(time.Now())
 		t, left, st := l.expireLocked(w)
 		hooks := l.hooks
 		l.mu.Unlock()
@@ -246,6 +254,7 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 func (l *Limiter) SetPacing(maxPrefill int, bound time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.tallyLocked(time.Now())
 	l.b.maxPrefill, l.b.prefillBound = max(maxPrefill, 0), bound
 	l.wakeLocked(time.Now())
 }
@@ -262,6 +271,7 @@ func (l *Limiter) SetPacing(maxPrefill int, bound time.Duration) {
 func (l *Limiter) SetCosts(c Costs) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.tallyLocked(time.Now())
 	l.b.costs = c
 	l.wakeLocked(time.Now())
 }
@@ -269,6 +279,7 @@ func (l *Limiter) SetCosts(c Costs) {
 // firstToken ends t's prefill and grants a slot it held back.
 func (l *Limiter) firstToken(t *Ticket) {
 	l.mu.Lock()
+	l.tallyLocked(time.Now())
 	if l.b.firstToken(t) {
 		l.wakeLocked(time.Now())
 	}
@@ -280,6 +291,7 @@ func (l *Limiter) firstToken(t *Ticket) {
 func (l *Limiter) release(t *Ticket, measured bool) {
 	now := time.Now()
 	l.mu.Lock()
+	l.tallyLocked(now)
 	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
 	l.b.release(t)
@@ -303,6 +315,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 // and grants no more until they are below the new cap.
 func (l *Limiter) SetLimit(n int) {
 	l.mu.Lock()
+	l.tallyLocked(time.Now())
 	l.b.limit = max(n, 1)
 	l.wakeLocked(time.Now())
 	l.mu.Unlock()
@@ -335,6 +348,7 @@ func (l *Limiter) Drain() {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.tallyLocked(now)
 	l.draining = true
 	if l.paceTimer != nil {
 		l.paceTimer.Stop()

@@ -67,6 +67,8 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.tallyLocked(now)
+	defer func() { l.o.refused(now, req.Fingerprint, req.refusals, req.Retries, re.RetryAfter) }()
 	q := l.s.queue
 	f := q.flows[flowKey{q.classOf(req.Class), req.Tenant}]
 	if f == nil {

@@ -61,8 +61,16 @@ type Record struct {
 	Outcome Outcome
 	Status  int    // HTTP status; 0 for a transport error
 	Err     string // why it failed, or the error message of a 429
-	// RetryAfter is the server's Retry-After on a 429 or 503; zero if none.
+	// RetryAfter is the server's wait on a refusal or failure: its
+	// Retry-After, or, for clients that prefer it (Config.Clients
+	// ClientsSDK), its retry-after-ms when it sent one; zero if none.
 	RetryAfter time.Duration
+	// Attempt counts the earlier attempts of the same request (the
+	// OpenAI SDKs' retries; 0 for a first attempt), and GaveUp marks a
+	// refused or failed attempt that its client did not retry: the
+	// request failed in its application (see Clients).
+	Attempt int
+	GaveUp  bool
 	// Reason is the gateway's X-Kneecap-Reason header on a rejection
 	// (queue_full, queue_timeout, deadline, draining); empty if none.
 	Reason string
@@ -208,6 +216,9 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 	rec.Status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
 		rec.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		if ms := parseRetryAfterMs(resp.Header.Get("Retry-After-Ms")); ms > 0 && c.Clients == ClientsSDK {
+			rec.RetryAfter = ms
+		}
 		msg := errorMessage(resp.Body)
 		rec = rec.fail(ctx, resp.StatusCode, msg)
 		rec.Reason = resp.Header.Get("X-Kneecap-Reason")

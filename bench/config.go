@@ -338,9 +338,14 @@ type Config struct {
 	// having met the targets in the knee line; zero means 0.9.
 	MinAttainment float64
 
-	// RetryAfterMax makes closed-loop users that got a 429 or 503 wait the
-	// server's Retry-After, at most this long, before their next request.
-	// Zero means they do not wait.
+	// Clients is what closed-loop users do with a refused or failed
+	// request: ClientsNext (the zero value) drops it and sends the next
+	// after RetryAfterMax at most; ClientsSDK retries it as the OpenAI
+	// SDKs do; ClientsNone gives up at once (see Clients).
+	Clients Clients
+	// RetryAfterMax makes closed-loop users (ClientsNext) that got a 429 or
+	// 503 wait the server's Retry-After, at most this long, before their
+	// next request. Zero means they do not wait.
 	RetryAfterMax time.Duration
 	// RetryThink is added to every pause after a refusal, and a
 	// nanosecond per user (user u waits RetryThink + u ns more). In a

@@ -26,6 +26,8 @@ type script struct {
 	NoUsage  bool
 	Serial   bool // one request at a time, as an engine with one slot
 	Reject   func(n int, r *http.Request) (retryAfter string, reject bool)
+	// RejectMs, when set, gives a refusal's retry-after-ms header.
+	RejectMs func(n int) string
 	OnHeader func(r *http.Request)
 
 	mu   sync.Mutex
@@ -46,6 +48,11 @@ func (s *script) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("X-Kneecap-Reason", "queue_full")
 			if ra != "" {
 				w.Header().Set("Retry-After", ra)
+			}
+			if s.RejectMs != nil {
+				if ms := s.RejectMs(n); ms != "" {
+					w.Header().Set("Retry-After-Ms", ms)
+				}
 			}
 			http.Error(w, `{"error":{"message":"queue is full","type":"rate_limit_error","param":null,"code":"queue_full"}}`, http.StatusTooManyRequests)
 			return

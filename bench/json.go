@@ -27,7 +27,7 @@ func (rep *Report) levelJSON(lv Level) map[string]any {
 	s := lv.Summary
 	m := map[string]any{
 		"duration": s.Duration.Seconds(), "completed": s.Completed, "good": s.Good,
-		"rejected": s.Rejected, "failed": s.Failed, "unfinished": s.Unfinished,
+		"rejected": s.Rejected, "failed": s.Failed, "gave_up": s.GaveUp, "unfinished": s.Unfinished,
 		"total_input_tokens": s.InputTokens, "total_output_tokens": s.OutputTokens,
 		"request_throughput": s.RequestThroughput, "request_goodput": s.Goodput,
 		"output_throughput": s.OutputThroughput, "total_token_throughput": s.TotalThroughput,

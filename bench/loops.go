@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -14,9 +16,13 @@ import (
 const minPause = 10 * time.Millisecond
 
 // user is one closed-loop user: it sends its next request when the previous
-// one ended, until the level ends.
+// one ended, until the level ends. What it does with a refused or failed
+// request is Config.Clients'.
 func (r *levelRun) user(ctx context.Context, u int) {
 	rng := r.rng(u)
+	// The SDKs' jitter draws from a source of its own, so that every
+	// mode's users send the same requests in the same order.
+	jitter := r.rng(u + 1<<20)
 	if ramp := r.cfg.RampUp; ramp > 0 && !sleep(ctx, ramp*time.Duration(u)/time.Duration(r.value)) {
 		return
 	}
@@ -28,26 +34,55 @@ func (r *levelRun) user(ctx context.Context, u int) {
 			}
 			continue
 		}
-		rec := r.cfg.send(ctx, r.client, r.url, req, time.Now())
-		rec.User = u
-		r.add(withTargets(rec, req))
-		if rec.Outcome == Completed || rec.Outcome == Unfinished {
-			if r.cfg.Think > 0 && !sleep(ctx, r.cfg.Think) {
+		for attempt := 0; ctx.Err() == nil; attempt++ {
+			pause, again := r.attempt(ctx, u, req, attempt, jitter)
+			if !sleep(ctx, pause) {
 				return
 			}
-			continue
+			if !again {
+				break
+			}
 		}
-		pause := minPause
+	}
+}
+
+// attempt sends one attempt of req, records it, and says how long the user
+// pauses and whether it sends req again (Config.Clients).
+func (r *levelRun) attempt(ctx context.Context, u int, req Request, attempt int, jitter *rand.Rand) (pause time.Duration, again bool) {
+	sent := req
+	if r.cfg.Clients == ClientsSDK {
+		sent.Header = req.Header.Clone()
+		if sent.Header == nil {
+			sent.Header = http.Header{}
+		}
+		sent.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(attempt))
+	}
+	rec := r.cfg.send(ctx, r.client, r.url, sent, time.Now())
+	rec.User, rec.Attempt = u, attempt
+	if rec.Outcome == Completed || rec.Outcome == Unfinished {
+		r.add(withTargets(rec, req))
+		return r.cfg.Think, false
+	}
+	pause = minPause
+	switch r.cfg.Clients {
+	case ClientsSDK:
+		if sdkRetries(rec) && attempt < SDKMaxRetries {
+			pause, again = sdkDelay(rec, attempt, jitter), true
+		} else {
+			rec.GaveUp = true
+		}
+	case ClientsNone:
+		rec.GaveUp = true
+	default:
 		if r.cfg.RetryAfterMax > 0 && rec.RetryAfter > 0 {
 			pause = max(pause, min(rec.RetryAfter, r.cfg.RetryAfterMax))
 		}
-		if r.cfg.RetryThink > 0 {
-			pause += r.cfg.RetryThink + time.Duration(u)
-		}
-		if !sleep(ctx, pause) {
-			return
-		}
 	}
+	r.add(withTargets(rec, req))
+	if r.cfg.RetryThink > 0 {
+		pause += r.cfg.RetryThink + time.Duration(u)
+	}
+	return pause, again
 }
 
 // withTargets marks a record to be judged by its request's own targets.

@@ -11,10 +11,13 @@ type Summary struct {
 	Level    float64       // concurrency or rate
 	Duration time.Duration // the window the rates are over
 
-	Completed  int // completed requests (good or not)
-	Good       int // completed requests that met every target
-	Rejected   int // HTTP 429
-	Failed     int // errors of any other kind
+	Completed int // completed requests (good or not)
+	Good      int // completed requests that met every target
+	Rejected  int // HTTP 429
+	Failed    int // errors of any other kind
+	// GaveUp counts the refused or failed attempts that their clients did
+	// not retry: requests that failed in their application (see Clients).
+	GaveUp     int
 	Unfinished int // cut off by the end of the level; not in any rate
 
 	InputTokens  int
@@ -68,6 +71,9 @@ func Summarize(recs []Record, window time.Duration, level float64) Summary {
 	var ttft, tpot, itl, e2e []time.Duration
 	for i := range recs {
 		r := &recs[i]
+		if r.GaveUp {
+			s.GaveUp++
+		}
 		switch r.Outcome {
 		case Unfinished:
 			s.Unfinished++

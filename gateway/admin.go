@@ -125,6 +125,19 @@ type AdmissionStatus struct {
 	PrefillTokens int                  `json:"prefill_tokens"`
 	ResidentKV    int                  `json:"kv_tokens"`
 	Held          admission.HeldCounts `json:"held"`
+	// Outside is the demand refused and expected back, and the slot time
+	// left idle while demand waited (admission.OutsideStats).
+	Outside OutsideStatus `json:"outside"`
+}
+
+// OutsideStatus is admission.OutsideStats for /status, in seconds.
+type OutsideStatus struct {
+	Away            int           `json:"away"`
+	IdleSlotSeconds control.Float `json:"idle_slot_seconds"`
+	Returned        int64         `json:"returned"`
+	RefusedAgain    int64         `json:"refused_again"`
+	GaveUp          int64         `json:"gave_up"`
+	LatenessSeconds control.Float `json:"return_lateness_seconds"`
 }
 
 // NotStreamedStatus says which generation routes reassemble a request
@@ -214,7 +227,7 @@ func (g *Gateway) Status() Status {
 	s := Status{
 		Limit: st.Limit, Running: st.Running, Queued: st.Queued, Draining: st.Draining,
 		Adaptive: g.adaptive, MeanHold: secs(st.MeanHold), DemandRatio: control.Float(DemandRatio(st, ws)),
-		Admission: AdmissionStatus{PrefillTokens: st.PrefillTokens, ResidentKV: st.ResidentKV, Held: g.lim.Held()},
+		Admission: AdmissionStatus{PrefillTokens: st.PrefillTokens, ResidentKV: st.ResidentKV, Held: g.lim.Held(), Outside: outsideStatus(g.lim.Outside())},
 		Targets:   TargetsStatus{TTFT: secs(t.TTFT), TPOT: secs(t.TPOT), E2E: secs(t.E2E)},
 		Window: WindowStatus{
 			Seconds: secs(ws.Span), Requests: ws.Requests, Good: ws.Good, Missed: ws.Missed,
@@ -252,4 +265,11 @@ func (g *Gateway) serveStatus(w http.ResponseWriter, _ *http.Request) {
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(buf.Len()))
 	_, _ = w.Write(buf.Bytes())
+}
+
+func outsideStatus(o admission.OutsideStats) OutsideStatus {
+	return OutsideStatus{
+		Away: o.Away, IdleSlotSeconds: control.Float(o.IdleSlotTime.Seconds()), Returned: o.Returned,
+		RefusedAgain: o.RefusedAgain, GaveUp: o.GaveUp, LatenessSeconds: control.Float(o.Lateness.Seconds()),
+	}
 }

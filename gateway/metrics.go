@@ -156,6 +156,7 @@ type stateCollector struct {
 
 	running, queued, limit, goodput, attainment, demand, target *prometheus.Desc
 	prefillTokens, residentKV, held                             *prometheus.Desc
+	away, idle, returns, refusedAgain, gaveUp, lateness         *prometheus.Desc
 }
 
 func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targets) *stateCollector {
@@ -178,13 +179,25 @@ func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targ
 			"KV tokens the running requests hold in the engine as the gateway counts them (estimated prompts and output so far)."),
 		held: d("kneecap_admission_held_total",
 			"Requests held in the queue, once per reason that held each: cap, pacing, prefill (token budget: TTFT deadlines), step (token budget: TPOT), reserved.", "reason"),
+		away: d("kneecap_admission_away",
+			"Refused requests expected back: told a Retry-After that has not yet passed (with a grace), not yet seen again, not refused on their client's last try."),
+		idle: d("kneecap_admission_idle_slot_seconds_total",
+			"Slot time left idle while demand waited: integrated over time, the slots free under the cap, at most the requests queued plus the refused requests expected back."),
+		returns: d("kneecap_admission_returns_total",
+			"Refused requests that came back (the same tenant, route and body)."),
+		refusedAgain: d("kneecap_admission_refused_again_total",
+			"Refusals of a request that had been refused before."),
+		gaveUp: d("kneecap_admission_gave_up_total",
+			"Refusals of a request on its client's last try (X-Stainless-Retry-Count 2, or a third refusal): failed requests in the clients' applications."),
+		lateness: d("kneecap_admission_return_lateness_seconds",
+			"How long after its Retry-After a refused request came back (negative: early), a moving mean."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.queued, c.limit, c.goodput, c.attainment, c.demand, c.target,
-		c.prefillTokens, c.residentKV, c.held} {
+		c.prefillTokens, c.residentKV, c.held, c.away, c.idle, c.returns, c.refusedAgain, c.gaveUp, c.lateness} {
 		ch <- d
 	}
 }
@@ -208,6 +221,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(c.demand, DemandRatio(st, ws))
 	gauge(c.prefillTokens, float64(st.PrefillTokens))
 	gauge(c.residentKV, float64(st.ResidentKV))
+	o := c.lim.Outside()
+	gauge(c.away, float64(o.Away))
+	gauge(c.lateness, o.Lateness.Seconds())
+	counter := func(d *prometheus.Desc, v float64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
+	}
+	counter(c.idle, o.IdleSlotTime.Seconds())
+	counter(c.returns, float64(o.Returned))
+	counter(c.refusedAgain, float64(o.RefusedAgain))
+	counter(c.gaveUp, float64(o.GaveUp))
 	h := c.lim.Held()
 	for _, r := range [...]struct {
 		name string

@@ -1,7 +1,9 @@
 package proxy
 
 import (
+	"hash/maphash"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
@@ -56,8 +58,40 @@ func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request
 	rec.Targets, rec.Class, rec.Tenant = targets, c.Name, c.Tenant
 	return admission.Request{
 		Arrival: rec.Arrival, Targets: targets, MaxWait: p.maxWait(c, targets),
-		Class: c.Index, Tenant: c.Tenant,
+		Class: c.Index, Tenant: c.Tenant, Retries: retriesOf(r.Header),
 	}, c, nil
+}
+
+// retriesOf is the client's count of its earlier attempts of a request,
+// as the OpenAI SDKs send it (X-Stainless-Retry-Count); 0 when it does
+// not say or says something else than a small count.
+func retriesOf(h http.Header) int {
+	v := h.Get("X-Stainless-Retry-Count")
+	if v == "" || len(v) > 4 {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// fingerprintSeed keys the fingerprints of one process.
+var fingerprintSeed = maphash.MakeSeed()
+
+// fingerprint identifies a request its client may send again after a
+// refusal (admission.Request.Fingerprint): its route, tenant and body as
+// the client sent them. It is never 0.
+func fingerprint(route, tenant string, body []byte) uint64 {
+	var h maphash.Hash
+	h.SetSeed(fingerprintSeed)
+	h.WriteString(route)
+	h.WriteByte(0)
+	h.WriteString(tenant)
+	h.WriteByte(0)
+	h.Write(body)
+	return h.Sum64() | 1
 }
 
 // notStreamed makes areq that of a request whose client does not stream:

@@ -54,6 +54,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		return
 	}
 	defer release()
+	areq.Fingerprint = fingerprint(rt.Name, class.Tenant, body)
 	req, err := wire.ParseRequestAs(rt.Shape, body)
 	if err != nil {
 		x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))

@@ -261,6 +261,7 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer release()
+	areq.Fingerprint = fingerprint(r.URL.Path, areq.Tenant, body)
 	ticket, err := lim.Acquire(r.Context(), areq)
 	if err != nil {
 		answer(w, refused(err))

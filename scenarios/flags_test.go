@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // The flags of TestScenarios, given to the test binary after -args:
@@ -28,13 +30,21 @@ var (
 	flagJSON      = flag.String("json-out", "", "write the table as JSON to this file (a relative path is relative to scenarios/, where go test runs)")
 	flagRealTime  = flag.Bool("real-time", false, "run the scenarios in real time over TCP on 127.0.0.1 instead, in the modes engine, adaptive and the -caps given (at most 8; takes -warmup + -window of wall time)")
 	flagKnee      = flag.Float64("knee", 0.75, "with -real-time: the knee capacity in req/s that sets the open-loop rates")
+	flagClients   = flag.String("clients", "sdk", "what closed-loop users do with a refused request: sdk (retry it as the OpenAI SDKs do: 2 retries, Retry-After up to 60 s, else backoff), next (drop it, wait Retry-After up to 30 s, send the next, forever), none (give up at once, as vLLM's benchmark)")
+	flagAlone     = flag.String("alone-users", "1-16", "numbers of users the engine alone is run with, in the scenarios that sweep them: a range A-B or a list")
 )
 
 // flagOptions returns the suite's Options from the flags, and whether they
 // are the issue's sweep (every cap 1..64 and the peers, seed 1, the default
 // timing; any subset of scenarios), the one its thresholds are set for.
 func flagOptions() (opt Options, issueSweep bool, err error) {
-	opt = Options{NoPeers: *flagNoPeers, Seed: *flagSeed, Timing: Timing{Warmup: *flagWarmup, Window: *flagWindow}}
+	opt = Options{NoPeers: *flagNoPeers, Seed: *flagSeed, Timing: Timing{Warmup: *flagWarmup, Window: *flagWindow}, Clients: *flagClients}
+	if _, err := bench.ParseClients(*flagClients); err != nil {
+		return opt, false, fmt.Errorf("-clients: %v", err)
+	}
+	if opt.AloneUsers, err = parseCaps(*flagAlone); err != nil {
+		return opt, false, fmt.Errorf("-alone-users: %v", err)
+	}
 	if opt.Scenarios, err = parseInts(*flagScenarios); err != nil {
 		return opt, false, fmt.Errorf("-scenarios: %v", err)
 	}
@@ -49,7 +59,7 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	if opt.Timing.Window <= 0 || opt.Timing.Warmup < 0 {
 		return opt, false, fmt.Errorf("-window must be positive and -warmup not negative")
 	}
-	issueSweep = slices.Equal(opt.Caps, AllCaps()) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming
+	issueSweep = slices.Equal(opt.Caps, AllCaps()) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming && *flagClients == "sdk"
 	return opt, issueSweep, nil
 }
 

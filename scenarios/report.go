@@ -37,8 +37,27 @@ type Row struct {
 	AdaptiveClasses map[string]float64 `json:"adaptive_classes,omitempty"`
 	OracleClasses   map[string]float64 `json:"oracle_classes,omitempty"`
 	// WindowSeconds is the measured window of the scenario's runs.
-	WindowSeconds       float64 `json:"window_seconds"`
-	AdaptiveRejected    int     `json:"adaptive_rejected"`
+	WindowSeconds    float64 `json:"window_seconds"`
+	AdaptiveRejected int     `json:"adaptive_rejected"`
+	// Clients is what the closed-loop users did with a refusal (see
+	// bench.Clients); AdaptiveFailed and OracleFailed count the requests
+	// they gave up on, each an error in an application.
+	Clients        string `json:"clients,omitempty"`
+	AdaptiveFailed int    `json:"adaptive_failed"`
+	OracleFailed   int    `json:"oracle_failed"`
+	// AdaptiveIdleSlots and OracleIdleSlots are the mean number of slots
+	// the gateway left idle while demand waited, queued or refused and
+	// expected back (Outside.IdleSlots).
+	AdaptiveIdleSlots float64 `json:"adaptive_idle_slots"`
+	OracleIdleSlots   float64 `json:"oracle_idle_slots"`
+	// AdaptiveOutside is the adaptive gateway's count of returns and of
+	// refusals of returned requests and of last tries.
+	AdaptiveOutside Outside `json:"adaptive_outside"`
+	// AloneUsers is the number of users the engine alone served best
+	// (0: not swept), AloneGoodput its goodput.
+	AloneUsers          int     `json:"alone_users,omitempty"`
+	AloneGoodput        float64 `json:"alone_goodput,omitempty"`
+	AdaptiveOverAlone   float64 `json:"adaptive_over_alone,omitempty"`
 	AdaptiveMedianTTFTm float64 `json:"adaptive_median_ttft_ms"`
 	EngineMedianTTFTms  float64 `json:"engine_median_ttft_ms"`
 	Checks              []Check `json:"checks"`
@@ -87,6 +106,15 @@ func (s *Suite) row(sc Scenario) Row {
 	row.AdaptiveMedianTTFTm = ms(ad.MedianTTFT)
 	if row.OracleGoodput > 0 {
 		row.AdaptiveOverOracle = ad.Goodput / row.OracleGoodput
+	}
+	or, _ := s.static(id, row.OracleCap)
+	row.Clients = ad.Clients
+	row.AdaptiveFailed, row.OracleFailed = ad.Failed, or.Failed
+	row.AdaptiveIdleSlots, row.OracleIdleSlots = ad.Outside.IdleSlots, or.Outside.IdleSlots
+	row.AdaptiveOutside = ad.Outside
+	row.AloneUsers, row.AloneGoodput = s.bestAlone(id)
+	if row.AloneGoodput > 0 {
+		row.AdaptiveOverAlone = ad.Goodput / row.AloneGoodput
 	}
 	for _, p := range AllPeers() {
 		if r, ok := s.find(id, p); ok {
@@ -153,7 +181,6 @@ func (s *Suite) row(sc Scenario) Row {
 		add(ad.Reconverge <= time.Minute, "re-converged within 60s of the change (%.0fs)", ad.Reconverge.Seconds())
 	}
 	if sc.NoStreamShare > 0 {
-		or, _ := s.static(id, row.OracleCap)
 		row.AdaptiveClasses, row.OracleClasses = classGoodput(ad), classGoodput(or)
 	}
 	if id == 1 {
@@ -196,10 +223,19 @@ func classGoodput(r RunResult) map[string]float64 {
 func WriteTable(w io.Writer, s *Suite) error {
 	rows := s.Rows()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tengine alone\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tfinal cap\tconverge s\t"+strings.Join(AllPeers(), "\t")+"\t")
+	fmt.Fprintln(tw, "scenario\tclients\tengine alone\tbest K users\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tadaptive/best K\tfailed a/o\tidle slots a/o\tfinal cap\tconverge s\t"+strings.Join(AllPeers(), "\t")+"\t")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%.3f\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%d\t%.0f\t", r.Scenario, r.EngineAloneGoodput,
-			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle,
+		alone, overAlone := "-", "-"
+		if r.AloneUsers > 0 {
+			alone, overAlone = fmt.Sprintf("%.3f (%d)", r.AloneGoodput, r.AloneUsers), fmt.Sprintf("%.3f", r.AdaptiveOverAlone)
+		}
+		clients := r.Clients
+		if clients == "" {
+			clients = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%s\t%d/%d\t%.2f/%.2f\t%d\t%.0f\t", r.Scenario, clients, r.EngineAloneGoodput, alone,
+			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle, overAlone,
+			r.AdaptiveFailed, r.OracleFailed, r.AdaptiveIdleSlots, r.OracleIdleSlots,
 			r.AdaptiveFinalCap, r.ConvergeSeconds)
 		for _, p := range AllPeers() {
 			if g, ok := r.Peers[p]; ok {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/bench"
 )
 
@@ -24,8 +25,16 @@ type RunResult struct {
 	// Halves splits the window at the scenario's change.
 	Goodput float64    `json:"goodput"`
 	Halves  [2]float64 `json:"halves"`
-	// Counts over the measured window.
-	Completed, Good, Rejected, Errors int
+	// Counts over the measured window. Failed counts the requests their
+	// clients gave up on (refused or failed on their last attempt; see
+	// bench.Clients): errors in someone's application.
+	Completed, Good, Rejected, Errors, Failed int
+	// Clients is what the closed-loop users did with a refusal
+	// (bench.Clients).
+	Clients string `json:"clients,omitempty"`
+	// Outside is the gateway's count of the demand it turned away over the
+	// window (no gateway: zero).
+	Outside Outside `json:"outside"`
 	// MedianTTFT is the median client TTFT of completed requests.
 	MedianTTFT time.Duration `json:"median_ttft"`
 	// Caps is the trajectory of an adaptive or peer limit.
@@ -154,4 +163,24 @@ func trajectoryString(caps []CapPoint) string {
 		fmt.Fprintf(&b, "%s:%d", p.At.Round(time.Second), p.Cap)
 	}
 	return b.String()
+}
+
+// Outside is what a gateway counted over a run's window of the demand it
+// turned away (admission.OutsideStats).
+type Outside struct {
+	// IdleSlots is the slot time left idle while demand waited (queued,
+	// or refused and expected back) per second of the window: the mean
+	// number of slots idle so.
+	IdleSlots float64 `json:"idle_slots"`
+	// Returned, RefusedAgain and GaveUp count refused requests that came
+	// back, refusals of such requests, and refusals on a client's last try.
+	Returned, RefusedAgain, GaveUp int64
+}
+
+func outsideOver(a, b admission.OutsideStats, window time.Duration) Outside {
+	o := Outside{Returned: b.Returned - a.Returned, RefusedAgain: b.RefusedAgain - a.RefusedAgain, GaveUp: b.GaveUp - a.GaveUp}
+	if window > 0 {
+		o.IdleSlots = (b.IdleSlotTime - a.IdleSlotTime).Seconds() / window.Seconds()
+	}
+	return o
 }

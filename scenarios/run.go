@@ -12,13 +12,16 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/bench"
 	"github.com/kneecap/kneecap/sim"
 )
 
 // Mode is how the engine is fronted in one run.
 type Mode struct {
-	// Kind is "engine" (no gateway), "static" (the gateway with a static
+	// Kind is "engine" (no gateway; with Cap set, Cap users in place of
+	// the scenario's: the engine alone with the number of users it serves
+	// best at, found by sweeping Cap), "static" (the gateway with a static
 	// cap Cap), "adaptive" (the gateway with its defaults) or "peer" (the
 	// gateway's limiter driven by the peer algorithm Peer).
 	Kind string
@@ -32,6 +35,10 @@ func (m Mode) String() string {
 		return fmt.Sprintf("static-%d", m.Cap)
 	case "peer":
 		return m.Peer
+	case "engine":
+		if m.Cap > 0 {
+			return fmt.Sprintf("engine-%d", m.Cap)
+		}
 	}
 	return m.Kind
 }
@@ -55,6 +62,9 @@ type Run struct {
 	Workload bench.Workload
 	// KeepRecords keeps the window's records in the result (TestTrace).
 	KeepRecords bool
+	// Clients is what the closed-loop users do with a refused request
+	// (bench.Clients; see Scenario.clients).
+	Clients bench.Clients
 }
 
 // debugLog, when set by a test, receives the gateway's log (one line per
@@ -107,6 +117,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 
 	front := engE
 	var traj *trajectory
+	var fe *frontend
 	gwCtx, stopGateway := context.WithCancel(context.Background())
 	defer stopGateway()
 	if r.Mode.Kind != "engine" {
@@ -118,7 +129,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		if err != nil {
 			return RunResult{}, err
 		}
-		fe, err := newFrontend(r, engE, gwE.ln, adminE.ln, quiet)
+		fe, err = newFrontend(r, engE, gwE.ln, adminE.ln, quiet)
 		if err != nil {
 			return RunResult{}, err
 		}
@@ -138,17 +149,32 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 
 	start := time.Now()
+	// The gateway's count of the demand it turned away and the slot time
+	// it left idle, at the window's start and end.
+	var outside [2]admission.OutsideStats
+	if fe != nil {
+		lim := fe.gw.Limiter()
+		t0 := time.AfterFunc(r.Timing.Warmup, func() { outside[0] = lim.Outside() })
+		t1 := time.AfterFunc(r.Timing.Warmup+r.Timing.Window, func() { outside[1] = lim.Outside() })
+		defer t0.Stop()
+		defer t1.Stop()
+	}
 	if r.Scenario.StepFactor > 0 {
 		t := time.AfterFunc(r.Timing.ChangeAt(), func() { eng.SetStepFactor(r.Scenario.StepFactor) })
 		defer t.Stop()
 	}
 	tr := front.tr
 	defer tr.CloseIdleConnections()
+	users := r.Scenario.Users + r.Scenario.FloodUsers
+	if r.Mode.Kind == "engine" && r.Mode.Cap > 0 {
+		users = r.Mode.Cap
+	}
 	cfg := bench.Config{
+		Clients:       r.Clients,
 		BaseURL:       "http://" + front.host,
 		Model:         r.Scenario.Profile.Model,
 		Client:        &http.Client{Transport: tr},
-		Levels:        []float64{float64(r.Scenario.Users + r.Scenario.FloodUsers)},
+		Levels:        []float64{float64(users)},
 		Warmup:        r.Timing.Warmup,
 		Duration:      r.Timing.Window,
 		Workload:      r.workload(),
@@ -159,7 +185,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 	if !r.RealTime {
 		// No two users act at one instant (see eventSpacing).
-		cfg.RampUp = time.Duration(r.Scenario.Users+r.Scenario.FloodUsers) * eventSpacing
+		cfg.RampUp = time.Duration(users) * eventSpacing
 		cfg.Think = eventSpacing / 10
 		// A refused user returns off the limiter's pace timer, which
 		// fires a TTFT target (whole seconds) after a grant at the
@@ -179,6 +205,9 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		return RunResult{}, errors.New("bench ran no level")
 	}
 	res := r.result(rep.Levels[0], start, traj)
+	if fe != nil {
+		res.Outside = outsideOver(outside[0], outside[1], r.Timing.Window)
+	}
 	stopGateway()
 	cancel()
 	return res, nil
@@ -186,7 +215,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 
 // result computes a run's numbers from the bench records.
 func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult {
-	res := RunResult{Mode: r.Mode.Kind, Cap: r.Mode.Cap, Converge: -1, Reconverge: -1}
+	res := RunResult{Mode: r.Mode.Kind, Cap: r.Mode.Cap, Clients: r.Clients.String(), Converge: -1, Reconverge: -1}
 	if r.Mode.Kind == "peer" {
 		res.Mode = r.Mode.Peer
 	}
@@ -214,6 +243,9 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 			res.Rejected++
 		default:
 			res.Errors++
+		}
+		if rec.GaveUp {
+			res.Failed++
 		}
 	}
 	res.MedianTTFT = median(ttfts)

@@ -97,6 +97,9 @@ type Scenario struct {
 	Window time.Duration
 	// NoPeers runs no peer algorithm on the scenario.
 	NoPeers bool
+	// AloneSweep runs the engine alone with each of the suite's
+	// AloneUsers users, for the best of them (closed loop only).
+	AloneSweep bool
 }
 
 // Targets returns the scenario's targets for requests without a header.
@@ -217,8 +220,8 @@ func All() []Scenario {
 		return sc
 	}
 	return []Scenario{
-		s(1, "closed-64-bf16", func(sc *Scenario) { sc.Users = 64 }),
-		s(2, "closed-64-fp8", func(sc *Scenario) { sc.Users = 64; sc.Profile = sim.GB10FP8 }),
+		s(1, "closed-64-bf16", func(sc *Scenario) { sc.Users, sc.AloneSweep = 64, true }),
+		s(2, "closed-64-fp8", func(sc *Scenario) { sc.Users, sc.AloneSweep = 64, true; sc.Profile = sim.GB10FP8 }),
 		s(3, "open-2x-knee", func(sc *Scenario) { sc.KneeShare = 2 }),
 		s(4, "prompt-doubles", func(sc *Scenario) {
 			sc.Users = 64
@@ -266,7 +269,7 @@ func All() []Scenario {
 			sc.MaxSweptCap = 24
 		}),
 		s(13, "cold-start", func(sc *Scenario) {
-			sc.Users = 64
+			sc.Users, sc.AloneSweep = 64, true
 			sc.ColdStart = true
 			sc.MaxSweptCap = 16
 		}),

@@ -41,8 +41,8 @@ func TestScenarios(t *testing.T) {
 	}
 	opt.Progress = func(sc Scenario, r RunResult) {
 		mode := r.Mode
-		if r.Mode == "static" {
-			mode = fmt.Sprintf("static-%d", r.Cap)
+		if r.Mode == "static" || r.Mode == "engine" && r.Cap > 0 {
+			mode = fmt.Sprintf("%s-%d", r.Mode, r.Cap)
 		}
 		t.Logf("scenario %d %-16s %-18s goodput %.3f req/s (wall %v)", sc.ID, sc.Name, mode, r.Goodput, r.Wall.Round(time.Millisecond))
 	}
@@ -57,7 +57,8 @@ func TestScenarios(t *testing.T) {
 	t.Log("\n" + b.String())
 	for _, sc := range s.Scenarios {
 		if r, ok := s.find(sc.ID, "adaptive"); ok {
-			t.Logf("scenario %d adaptive: %d good of %d completed, %d rejected; cap trajectory %s", sc.ID, r.Good, r.Completed, r.Rejected, trajectoryString(r.Caps))
+			t.Logf("scenario %d adaptive: %d good of %d completed, %d rejected, %d failed (%s clients), %.2f idle slots, %d returns, %d refused again; cap trajectory %s",
+				sc.ID, r.Good, r.Completed, r.Rejected, r.Failed, r.Clients, r.Outside.IdleSlots, r.Outside.Returned, r.Outside.RefusedAgain, trajectoryString(r.Caps))
 		}
 	}
 	if *flagJSON != "" {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // Peers are the peer algorithms run on the same path (package
@@ -40,12 +42,53 @@ type Options struct {
 	// Seed of every run (the same in every mode, so they see the same
 	// requests).
 	Seed uint64
+	// Clients is what the closed-loop users do with a refused request
+	// ("sdk", "next" or "none", see bench.ParseClients); empty means the
+	// OpenAI SDKs' retries ("sdk"), the default of most users' clients.
+	Clients string
+	// AloneUsers are the numbers of users the engine alone is run with,
+	// in the closed-loop scenarios that sweep them (Scenario.AloneSweep):
+	// the best is what admission control at most achieves on a
+	// homogeneous load by making the engine see exactly the right number
+	// of users. Empty means DefaultAloneUsers.
+	AloneUsers []int
 	// Progress, when set, is told about every finished run.
 	Progress func(sc Scenario, res RunResult)
 	// Context, when set and done, stops the suite: the runs under way
 	// finish (a run in a bubble cannot be cut short) and the rest are
 	// skipped, so the Suite is incomplete; the caller checks Context.Err.
 	Context context.Context
+}
+
+// DefaultAloneUsers are the numbers of users the engine alone is swept
+// with: every one up to 16, past the knee of every scenario's engine.
+var DefaultAloneUsers = func() []int {
+	k := make([]int, 16)
+	for i := range k {
+		k[i] = i + 1
+	}
+	return k
+}()
+
+func (s *Suite) aloneUsers() []int {
+	if len(s.Options.AloneUsers) > 0 {
+		return s.Options.AloneUsers
+	}
+	return DefaultAloneUsers
+}
+
+// clients is what the users of a scenario do with a refused request: the
+// suite's choice for a closed loop (the OpenAI SDKs' by default); open-loop
+// arrivals never retry.
+func (s *Suite) clients(sc Scenario) bench.Clients {
+	if sc.Users == 0 {
+		return bench.ClientsNext
+	}
+	c, err := bench.ParseClients(s.Options.Clients)
+	if err != nil || s.Options.Clients == "" {
+		return bench.ClientsSDK
+	}
+	return c
 }
 
 // AllCaps is 1..64.
@@ -138,6 +181,11 @@ func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Co
 // modes lists the runs of one scenario.
 func (s *Suite) modes(sc Scenario) []Mode {
 	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
+	if sc.AloneSweep && sc.Users > 0 {
+		for _, k := range s.aloneUsers() {
+			m = append(m, Mode{Kind: "engine", Cap: k})
+		}
+	}
 	for _, c := range s.Options.Caps {
 		if (sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap) && (len(sc.SweptCaps) == 0 || slices.Contains(sc.SweptCaps, c)) {
 			m = append(m, Mode{Kind: "static", Cap: c})
@@ -180,7 +228,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
 			for _, m := range modes(sc) {
-				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed}
+				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed, Clients: s.clients(sc)}
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					res, ok := s.runOne(t, run)
 					if !ok {
@@ -234,11 +282,26 @@ func (s *Suite) static(id, c int) (RunResult, bool) {
 // peer's name).
 func (s *Suite) find(id int, mode string) (RunResult, bool) {
 	for _, r := range s.Runs[id] {
-		if r.Mode == mode {
+		if r.Mode == mode && (mode != "engine" || r.Cap == 0) {
 			return r, true
 		}
 	}
 	return RunResult{}, false
+}
+
+// bestAlone returns the number of users the engine alone served best and
+// its goodput (0, 0 when none was swept). Ties go to fewer users.
+func (s *Suite) bestAlone(id int) (int, float64) {
+	bestK, bestG := 0, 0.0
+	for _, r := range s.Runs[id] {
+		if r.Mode != "engine" || r.Cap == 0 {
+			continue
+		}
+		if bestK == 0 || r.Goodput > bestG || (r.Goodput == bestG && r.Cap < bestK) {
+			bestK, bestG = r.Cap, r.Goodput
+		}
+	}
+	return bestK, bestG
 }
 
 // parallelism is how many runs go at once by default.

@@ -43,6 +43,7 @@ type benchFlags struct {
 	prompts, goodput    string
 	jsonFile, plotFile  string
 	header              headerFlags
+	clients             string
 	quiet               bool
 }
 
@@ -71,7 +72,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of prompts, lengths and arrivals")
 	fs.StringVar(&f.goodput, "goodput", "ttft=1s,tpot=100ms", "targets: ttft=DUR,tpot=DUR[,e2e=DUR], or none")
 	fs.Float64Var(&c.MinAttainment, "min-attainment", 0.9, "share of good requests for a level to have met the targets")
-	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", 0, "closed loop: wait the server's Retry-After, at most this long, after a 429 (0: don't)")
+	fs.StringVar(&f.clients, "clients", "next", "closed loop: what a user does with a refused request: next (drop it, wait --retry-after-max at most, send the next), sdk (retry it as the OpenAI SDKs do: 2 retries, Retry-After up to 60 s, else backoff), none (give up at once, as vLLM's benchmark)")
+	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", 0, "closed loop, --clients next: wait the server's Retry-After, at most this long, after a 429 (0: don't)")
 	fs.Var(f.header, "header", "extra request header \"Name: value\" (repeatable)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "the server runs this many times faster than the time it models (kneecap sim --time-scale): --goodput targets, --rate and the report are in its time; --duration and --warmup stay wall time")
@@ -136,6 +138,11 @@ func (f *benchFlags) config(stderr io.Writer) (bench.Config, error) {
 			c.Levels[i] *= f.timeScale
 		}
 	}
+	cl, err := bench.ParseClients(f.clients)
+	if err != nil {
+		return c, usagef("--clients: %v", err)
+	}
+	c.Clients = cl
 	if len(f.header) > 0 {
 		c.Header = http.Header(f.header)
 	}

@@ -1,0 +1,225 @@
+package admission
+
+import (
+	"container/heap"
+	"time"
+)
+
+// The demand outside: the refused requests the limiter expects back, and
+// the slot time left idle while demand waited. A refused request is an
+// error in its client's application unless the client retries it, and
+// while the client waits out its Retry-After a slot that frees has nobody
+// to take it: the engine idles although demand exists. The limiter counts
+// that time, so that a Retry-After that sends clients away for longer than
+// the slot takes to free shows.
+//
+// A request is known again by its fingerprint (Request.Fingerprint: its
+// tenant, route and body, hashed by the caller): the OpenAI SDKs and most
+// retry loops send the same body again. A refused request is away from its
+// refusal until it comes back or until its Retry-After and returnGrace
+// have passed (its client came back as someone the limiter cannot tell, or
+// gave up). A request refused on its client's last try (Request.Retries
+// at lastTry, or its third refusal) is not expected back: its client gave
+// up.
+
+// returnGrace is how long past its Retry-After a refused request is still
+// expected back: a client that reads Retry-After in whole seconds comes
+// back up to a second after the wait it was told, and a little later than
+// that with its own delays.
+const returnGrace = 1500 * time.Millisecond
+
+// lastTry is the retry count (X-Stainless-Retry-Count) of the OpenAI
+// SDKs' last attempt with their default of two retries; a request
+// refused a third time has failed in its client's application whatever
+// the client says.
+const lastTry = 2
+
+// maxAway bounds the refused requests remembered at once; beyond it the
+// one due back last is forgotten.
+const maxAway = 1 << 16
+
+// away is one refused request expected back.
+type away struct {
+	key      uint64
+	refusals int       // times refused so far
+	due      time.Time // when its Retry-After ends
+	until    time.Time // due + returnGrace: expected back by then
+	index    int       // in awayHeap
+}
+
+// awayHeap orders the refused requests by until, earliest first.
+type awayHeap []*away
+
+func (h awayHeap) Len() int           { return len(h) }
+func (h awayHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h awayHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *awayHeap) Push(x any) {
+	a := x.(*away)
+	a.index = len(*h)
+	*h = append(*h, a)
+}
+func (h *awayHeap) Pop() any {
+	old := *h
+	a := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	a.index = -1
+	return a
+}
+
+// outside holds the refused requests expected back and the idle slot
+// time. Guarded by the limiter's lock.
+type outside struct {
+	byKey map[uint64]*away
+	due   awayHeap
+	// idle is the slot time left idle while demand waited, counted up to
+	// at: integrated over time, the slots free under the cap, at most the
+	// requests queued plus those away.
+	idle time.Duration
+	at   time.Time
+	// Counts: returns (a refused request seen again), refusals of a
+	// returned request, and requests refused on their last try.
+	returned, again, gaveUp int64
+	// lateness is the mean of how long after its Retry-After a request
+	// came back (negative: early), weighted 1/8 for the newest.
+	lateness time.Duration
+}
+
+func newOutside(now time.Time) outside {
+	return outside{byKey: map[uint64]*away{}, at: now}
+}
+
+// tally counts the idle slot time from o.at to now, with free slots free
+// under the cap and queued requests queued all along (the caller calls it
+// before it changes either), the refused requests leaving the count as
+// their grace ends.
+func (o *outside) tally(now time.Time, free, queued int) {
+	if free <= 0 {
+		o.expire(now)
+		if now.After(o.at) {
+			o.at = now
+		}
+		return
+	}
+	for len(o.due) > 0 && !o.due[0].until.After(now) {
+		o.add(o.due[0].until, free, queued)
+		o.forget(o.due[0])
+	}
+	o.add(now, free, queued)
+}
+
+// add counts the idle slot time from o.at to t.
+func (o *outside) add(t time.Time, free, queued int) {
+	if !t.After(o.at) {
+		return
+	}
+	if demand := queued + len(o.due); demand > 0 {
+		o.idle += time.Duration(min(free, demand)) * t.Sub(o.at)
+	}
+	o.at = t
+}
+
+// expire forgets the refused requests whose grace ended by now.
+func (o *outside) expire(now time.Time) {
+	for len(o.due) > 0 && !o.due[0].until.After(now) {
+		o.forget(o.due[0])
+	}
+}
+
+func (o *outside) forget(a *away) {
+	heap.Remove(&o.due, a.index)
+	delete(o.byKey, a.key)
+}
+
+// arrived takes a request of fingerprint key that comes now off the
+// refused requests expected back, and returns how often it was refused
+// before (0: not a return, or not known).
+func (o *outside) arrived(now time.Time, key uint64) int {
+	a := o.byKey[key]
+	if key == 0 || a == nil {
+		return 0
+	}
+	o.forget(a)
+	o.returned++
+	late := now.Sub(a.due)
+	if o.returned == 1 {
+		o.lateness = late
+	} else {
+		o.lateness += (late - o.lateness) / 8
+	}
+	return a.refusals
+}
+
+// refused counts a refusal at now of a request of fingerprint key refused
+// refusals times before, whose client counts retries retries (-1: it does
+// not say), told to come back after retry; it is expected back unless
+// this was its client's last try.
+func (o *outside) refused(now time.Time, key uint64, refusals, retries int, retry time.Duration) {
+	if refusals > 0 {
+		o.again++
+	}
+	if refusals+1 > lastTry || retries >= lastTry {
+		o.gaveUp++
+		return
+	}
+	if key == 0 || retry <= 0 {
+		return
+	}
+	if a := o.byKey[key]; a != nil {
+		o.forget(a) // the same body refused twice at once: one is expected
+	}
+	if len(o.due) >= maxAway {
+		last := 0
+		for i, a := range o.due {
+			if a.until.After(o.due[last].until) {
+				last = i
+			}
+		}
+		o.forget(o.due[last])
+	}
+	due := now.Add(retry)
+	a := &away{key: key, refusals: refusals + 1, due: due, until: due.Add(returnGrace)}
+	o.byKey[key] = a
+	heap.Push(&o.due, a)
+}
+
+// OutsideStats is the demand the limiter turned away and the slot time
+// left idle while demand waited (see Limiter.Outside).
+type OutsideStats struct {
+	// Away is the refused requests expected back now.
+	Away int
+	// IdleSlotTime is the slot time left idle while requests were queued
+	// or refused requests were expected back: integrated over time, the
+	// slots free under the cap, at most the requests waiting inside and
+	// outside.
+	IdleSlotTime time.Duration
+	// Returned counts refused requests that came back; RefusedAgain the
+	// refusals of such a request; GaveUp the refusals of a request on its
+	// client's last try (X-Stainless-Retry-Count 2, or its third refusal):
+	// each one a failed request in its client's application.
+	Returned, RefusedAgain, GaveUp int64
+	// Lateness is the mean of how long after its Retry-After a refused
+	// request came back (negative: early), the newest weighted 1/8; 0
+	// before the first return.
+	Lateness time.Duration
+}
+
+// Outside returns the demand turned away and the idle slot time, counted
+// up to now.
+func (l *Limiter) Outside() OutsideStats {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tallyLocked(now)
+	o := &l.o
+	return OutsideStats{Away: len(o.due), IdleSlotTime: o.idle, Returned: o.returned, RefusedAgain: o.again, GaveUp: o.gaveUp, Lateness: o.lateness}
+}
+
+// tallyLocked counts the idle slot time up to now; every change of the
+// running, queued or refused requests calls it first.
+func (l *Limiter) tallyLocked(now time.Time) {
+	l.o.tally(now, l.b.limit-l.runningLocked(), l.s.queue.n)
+}

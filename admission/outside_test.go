@@ -1,0 +1,107 @@
+package admission
+
+import (
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// refuseAll is a gate that refuses every request that would queue, told
+// to come back after ra.
+func refuseAll(ra time.Duration) Hooks {
+	return Hooks{Gate: gateFunc(func(Request, State) (bool, time.Duration) { return false, ra })}
+}
+
+// A refused request is away until it comes back; a slot free meanwhile is
+// idle slot time, and its return is counted with how late it came.
+func TestIdleSlotTimeWhileARefusedRequestIsAway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: refuseAll(3 * time.Second)})
+		a, _ := l.Acquire(t.Context(), Request{})
+		_, err := l.Acquire(t.Context(), Request{Fingerprint: 7})
+		if !errors.Is(err, ErrDeadline) {
+			t.Fatalf("got %v, want a refusal", err)
+		}
+		if o := l.Outside(); o.Away != 1 || o.IdleSlotTime != 0 {
+			t.Fatalf("after the refusal: %+v", o)
+		}
+		time.Sleep(time.Second) // every slot held: nothing idle
+		a.Release()
+		time.Sleep(1500 * time.Millisecond) // a slot free, one away
+		if o := l.Outside(); o.IdleSlotTime != 1500*time.Millisecond {
+			t.Fatalf("idle %v, want 1.5s", o.IdleSlotTime)
+		}
+		b, err := l.Acquire(t.Context(), Request{Fingerprint: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		b.Release()
+		o := l.Outside()
+		if o.Away != 0 || o.Returned != 1 || o.Lateness != -500*time.Millisecond || o.IdleSlotTime != 1500*time.Millisecond {
+			t.Fatalf("after the return: %+v, want none away, one return 0.5s early, 1.5s idle", o)
+		}
+	})
+}
+
+// A refused request that never comes back leaves the count returnGrace
+// after its Retry-After; one refused on its client's last try is not
+// expected at all.
+func TestRefusedRequestsNotBackAreForgotten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: refuseAll(time.Second)})
+		a, _ := l.Acquire(t.Context(), Request{})
+		l.Acquire(t.Context(), Request{Fingerprint: 1})
+		l.Acquire(t.Context(), Request{Fingerprint: 2, Retries: 2}) // the SDKs' last try
+		a.Release()
+		time.Sleep(time.Minute)
+		o := l.Outside()
+		if o.Away != 0 || o.GaveUp != 1 || o.IdleSlotTime != time.Second+returnGrace {
+			t.Fatalf("%+v, want none away, one given up, idle %v", o, time.Second+returnGrace)
+		}
+	})
+}
+
+// A request refused again on its return is counted; its third refusal is
+// a client that gave up, and it is not expected back.
+func TestRefusedAgainAndThrice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: refuseAll(time.Second)})
+		a, _ := l.Acquire(t.Context(), Request{})
+		defer a.Release()
+		for i := range 3 {
+			if _, err := l.Acquire(t.Context(), Request{Fingerprint: 9}); err == nil {
+				t.Fatalf("attempt %d granted", i)
+			}
+			time.Sleep(time.Second)
+		}
+		o := l.Outside()
+		if o.Returned != 2 || o.RefusedAgain != 2 || o.GaveUp != 1 || o.Away != 0 {
+			t.Fatalf("%+v, want 2 returns refused again, the third refusal given up, none away", o)
+		}
+	})
+}
+
+// A request queued while a slot is free (held back by pacing) is idle
+// slot time too.
+func TestIdleSlotTimeWhileQueued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 2, MaxQueue: 10})
+		l.SetPacing(1, 10*time.Second)
+		a, _ := l.Acquire(t.Context(), Request{})
+		w := acquireAsync(t.Context(), l, Request{})
+		synctest.Wait()
+		time.Sleep(2 * time.Second)
+		a.FirstToken()
+		r := <-w
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		defer a.Release()
+		defer r.t.Release()
+		if o := l.Outside(); o.IdleSlotTime != 2*time.Second {
+			t.Fatalf("idle %v, want 2s (one slot free, one waiter, for 2s)", o.IdleSlotTime)
+		}
+	})
+}
