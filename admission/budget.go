@@ -137,11 +137,15 @@ type candidate struct {
 	deadline time.Time
 	prompt   int
 	output   int
+	// back is how often it was refused before: a request come back goes
+	// before those that come for the first time (see fairQueue.push);
+	// retries its client's count of its attempts (Request.Retries).
+	back, retries int
 }
 
 // candidateOf is req as the budget weighs it.
 func candidateOf(req Request) candidate {
-	c := candidate{prompt: max(req.PromptTokens, 0), output: max(req.MaxOutput, 0)}
+	c := candidate{prompt: max(req.PromptTokens, 0), output: max(req.MaxOutput, 0), back: req.refusals, retries: req.Retries}
 	if req.Targets.TTFT > 0 {
 		c.deadline = req.Arrival.Add(req.Targets.TTFT)
 	}

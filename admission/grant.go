@@ -47,7 +47,7 @@ func (l *Limiter) arriveLocked(now, start time.Time, req Request) (t *Ticket, ca
 	if l.b.overPrefillTokens(now, c.prompt, l.s.queue.tokens) {
 		return nil, ErrQueueFull, l.stateLocked(now, l.s.queue.position(f)), false
 	}
-	if jump, held := l.s.arrival(now, f); jump {
+	if jump, held := l.s.arrival(now, f, c.back); jump {
 		if ok, _ := l.b.fits(now, c, l.runningLocked(), l.ResidentKV(), held, true); ok {
 			// Perhaps a refused request come back: its reservation ends.
 			// (A tenant's slot held back from the waiters it goes before
@@ -56,6 +56,7 @@ func (l *Limiter) arriveLocked(now, start time.Time, req Request) (t *Ticket, ca
 		}
 	}
 	st = l.stateLocked(now, l.s.queue.position(f))
+	l.placeLocked(now, &st, f.key.class, c)
 	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
 	if l.b.costs.knowsPrefill() {
 		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
@@ -81,7 +82,9 @@ func (l *Limiter) wakeLocked(now time.Time) {
 		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
 			// It would miss its deadline from here: refused at once (as
 			// at its queue-wait bound), leaving the slot to the next.
-			prev = l.refuseLocked(w, prev, ErrQueueTimeout, l.stateLocked(now, 1))
+			st := l.stateLocked(now, 1)
+			l.placeLocked(now, &st, w.flow.key.class, w.cand)
+			prev = l.refuseLocked(w, prev, ErrQueueTimeout, st)
 			continue
 		}
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
@@ -115,6 +118,7 @@ func (l *Limiter) expireLocked(w *waiter) (t *Ticket, left bool, st State) {
 	}
 	now := time.Now()
 	st = l.stateLocked(now, pos)
+	l.placeLocked(now, &st, w.flow.key.class, w.cand)
 	// At the head, held by the token budget, it held up those behind it:
 	// they may start now. (Without this a waiter behind a long prompt
 	// that timed out waited for the next release, or not, as the timeout
@@ -131,6 +135,8 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, cla
 	l.grantSum += now.Sub(l.origin)
 	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
 	t.charged = l.s.granted(now, f, class)
+	t.expect = l.b.expectOutput(c)
+	l.tickets[t] = struct{}{}
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))
 	return t

@@ -22,6 +22,11 @@ type Config struct {
 	Classes []ClassConfig
 	// Fairness shares each class's slots among tenants (Request.Tenant).
 	Fairness Fairness
+	// MaxRetryAfter bounds the Retry-After of every refusal; 0 means none.
+	// The OpenAI SDKs wait a server's Retry-After only up to 60 s and
+	// otherwise retry within a second or so: a longer one is as good as
+	// none, and a client told the bound comes back and is told again.
+	MaxRetryAfter time.Duration
 }
 
 // holdWeight is the weight of the newest release in MeanHold.
@@ -34,6 +39,7 @@ const holdWeight = 1.0 / 8
 // the zero value is not usable, call NewLimiter.
 type Limiter struct {
 	maxQueue int
+	maxRetry time.Duration // Config.MaxRetryAfter
 	origin   time.Time // base of grantSum
 
 	running atomic.Int64 // slots held; written under mu, read without it
@@ -43,9 +49,10 @@ type Limiter struct {
 	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	b        budget  // what is held, and whether a request may add to it
-	s        policy  // who goes next
-	o        outside // refused requests expected back, idle slot time
+	b        budget               // what is held, and whether a request may add to it
+	s        policy               // who goes next
+	o        outside              // refused requests expected back, idle slot time
+	tickets  map[*Ticket]struct{} // the slots held (schedule.go)
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -92,12 +99,15 @@ func (w *waiter) passTurn() {
 func NewLimiter(cfg Config) *Limiter {
 	l := &Limiter{
 		maxQueue: max(cfg.MaxQueue, 0),
+		maxRetry: max(cfg.MaxRetryAfter, 0),
 		origin:   time.Now(),
 		b:        newBudget(cfg.Limit),
 		o:        newOutside(time.Now()),
+		tickets:  map[*Ticket]struct{}{},
 		hooks:    cfg.Hooks,
 		s:        newPolicy(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
+	l.s.outside = &l.o
 	return l
 }
 
@@ -145,6 +155,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			if ra <= 0 {
 				ra = l.retryAfter(hooks, req, st)
 			}
+			ra = l.boundRetry(ra)
 			re := &RejectError{Err: ErrDeadline, RetryAfter: ra, State: st}
 			l.noteRefusal(re, req)
 			return nil, re
@@ -293,6 +304,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.mu.Lock()
 	l.tallyLocked(now)
 	l.running.Add(-1)
+	delete(l.tickets, t)
 	l.grantSum -= t.granted.Sub(l.origin)
 	l.b.release(t)
 	l.kvPrompt.Add(-int64(t.est))

@@ -41,6 +41,7 @@ const maxAway = 1 << 16
 // away is one refused request expected back.
 type away struct {
 	key      uint64
+	class    int       // its priority class
 	refusals int       // times refused so far
 	due      time.Time // when its Retry-After ends
 	until    time.Time // due + returnGrace: expected back by then
@@ -86,10 +87,15 @@ type outside struct {
 	// lateness is the mean of how long after its Retry-After a request
 	// came back (negative: early), weighted 1/8 for the newest.
 	lateness time.Duration
+	// back is the share of the refused requests expected back that came
+	// back (each one that did counts 1, each one forgotten 0), the newest
+	// weighted 1/16; 1 before any is known: clients retry until they are
+	// seen not to.
+	back float64
 }
 
 func newOutside(now time.Time) outside {
-	return outside{byKey: map[uint64]*away{}, at: now}
+	return outside{byKey: map[uint64]*away{}, at: now, back: 1}
 }
 
 // tally counts the idle slot time from o.at to now, with free slots free
@@ -106,9 +112,16 @@ func (o *outside) tally(now time.Time, free, queued int) {
 	}
 	for len(o.due) > 0 && !o.due[0].until.After(now) {
 		o.add(o.due[0].until, free, queued)
-		o.forget(o.due[0])
+		o.gone(o.due[0])
 	}
 	o.add(now, free, queued)
+}
+
+// gone forgets a refused request whose grace ended: its client came back
+// unrecognised, or not at all.
+func (o *outside) gone(a *away) {
+	o.back += (0 - o.back) / 16
+	o.forget(a)
 }
 
 // add counts the idle slot time from o.at to t.
@@ -125,7 +138,7 @@ func (o *outside) add(t time.Time, free, queued int) {
 // expire forgets the refused requests whose grace ended by now.
 func (o *outside) expire(now time.Time) {
 	for len(o.due) > 0 && !o.due[0].until.After(now) {
-		o.forget(o.due[0])
+		o.gone(o.due[0])
 	}
 }
 
@@ -144,6 +157,7 @@ func (o *outside) arrived(now time.Time, key uint64) int {
 	}
 	o.forget(a)
 	o.returned++
+	o.back += (1 - o.back) / 16
 	late := now.Sub(a.due)
 	if o.returned == 1 {
 		o.lateness = late
@@ -157,7 +171,7 @@ func (o *outside) arrived(now time.Time, key uint64) int {
 // refusals times before, whose client counts retries retries (-1: it does
 // not say), told to come back after retry; it is expected back unless
 // this was its client's last try.
-func (o *outside) refused(now time.Time, key uint64, refusals, retries int, retry time.Duration) {
+func (o *outside) refused(now time.Time, key uint64, class, refusals, retries int, retry time.Duration) {
 	if refusals > 0 {
 		o.again++
 	}
@@ -181,7 +195,7 @@ func (o *outside) refused(now time.Time, key uint64, refusals, retries int, retr
 		o.forget(o.due[last])
 	}
 	due := now.Add(retry)
-	a := &away{key: key, refusals: refusals + 1, due: due, until: due.Add(returnGrace)}
+	a := &away{key: key, class: class, refusals: refusals + 1, due: due, until: due.Add(returnGrace)}
 	o.byKey[key] = a
 	heap.Push(&o.due, a)
 }
@@ -222,4 +236,43 @@ func (l *Limiter) Outside() OutsideStats {
 // running, queued or refused requests calls it first.
 func (l *Limiter) tallyLocked(now time.Time) {
 	l.o.tally(now, l.b.limit-l.runningLocked(), l.s.queue.n)
+}
+
+// ahead is the refused requests expected back that go before a request of
+// class refused back times before: none for one come back itself; for
+// a first-comer, those of its class and above, weighed by the share that
+// comes back.
+func (o *outside) ahead(class, back int) int {
+	if back > 0 || len(o.due) == 0 {
+		return 0
+	}
+	n := 0
+	for _, a := range o.due {
+		if a.class <= class {
+			n++
+		}
+	}
+	return int(float64(n)*o.back + 0.5)
+}
+
+// holdBack is how long after its Retry-After a refused request's slot is
+// held for it against a first-comer: a client that reads Retry-After in
+// whole seconds comes back up to a second after the wait it was told.
+const holdBack = time.Second
+
+// due counts the refused requests of class and above whose Retry-After
+// has ended within holdBack: a slot that frees then is theirs, not a
+// first-comer's (Limiter.heldLocked). None while fewer than half the
+// refused requests come back.
+func (o *outside) dueBack(now time.Time, class int) int {
+	if o.back < 0.5 {
+		return 0
+	}
+	n := 0
+	for _, a := range o.due {
+		if a.class <= class && !now.Before(a.due) && now.Before(a.due.Add(holdBack)) {
+			n++
+		}
+	}
+	return n
 }

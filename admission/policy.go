@@ -11,6 +11,10 @@ import "time"
 // turn. Guarded by the limiter's lock.
 type policy struct {
 	queue *fairQueue
+	// outside are the refused requests expected back: a slot that frees
+	// just after one's Retry-After ended is held for it against
+	// first-comers (see outside.dueBack).
+	outside *outside
 	// Slots held back from lower classes for refused requests of higher
 	// ones until they return, and the timer that wakes the queue when the
 	// first of them ends.
@@ -23,15 +27,31 @@ func newPolicy(classes []ClassConfig, maxQueue int, f Fairness) policy {
 	return policy{queue: newFairQueue(classes, max(maxQueue, 0), f)}
 }
 
-// arrival reports whether a new request of flow f may start before anyone
-// queued (jump): nobody of its class or above waits, or it comes back to
-// a slot its tenant holds reserved and is the next of its class in turn;
-// and if so the slots held back from it (held: see heldFor).
-func (s *policy) arrival(now time.Time, f *flow) (jump bool, held int) {
-	if s.queue.waitingAtOrAbove(f.key.class) == 0 || (s.ownReservation(now, f) && s.queue.first(f)) {
+// arrival reports whether a new request of flow f, refused back times
+// before, may start before anyone queued (jump): nobody of its class or
+// above waits, or it comes back to a slot its tenant holds reserved and is
+// the next of its class in turn, or it comes back after a refusal and no
+// request come back waits at its class or above (those that come for the
+// first time wait behind it); and if so the slots held back from it
+// (held: see heldFor, and for a first-comer the slots of refused requests
+// due back).
+func (s *policy) arrival(now time.Time, f *flow, back int) (jump bool, held int) {
+	switch {
+	case s.queue.waitingAtOrAbove(f.key.class) == 0, s.ownReservation(now, f) && s.queue.first(f):
+		return true, s.heldFor(now, f) + s.dueBack(now, f, back)
+	case back > 0 && s.queue.returnsAtOrAbove(f.key.class) == 0:
 		return true, s.heldFor(now, f)
 	}
 	return false, 0
+}
+
+// dueBack is the slots held for refused requests due back from a request
+// of flow f refused back times before: none for one come back itself.
+func (s *policy) dueBack(now time.Time, f *flow, back int) int {
+	if back > 0 || s.outside == nil {
+		return 0
+	}
+	return s.outside.dueBack(now, f.key.class)
 }
 
 // next names the waiter the next slot goes to, and the slots held back
@@ -43,7 +63,7 @@ func (s *policy) next(now time.Time) (w *waiter, held int) {
 		return a, 0 // before the higher classes and what is held for them
 	}
 	w = s.queue.next()
-	return w, s.heldFor(now, w.flow)
+	return w, s.heldFor(now, w.flow) + s.dueBack(now, w.flow, w.cand.back)
 }
 
 // enqueue queues w, displacing the waiter the queue's room rule names

@@ -75,10 +75,12 @@ type fairQueue struct {
 }
 
 type classQueue struct {
-	cfg    ClassConfig
-	bound  int     // waiters this class may have
-	n      int     // waiters now
-	active []*flow // flows with waiters
+	cfg   ClassConfig
+	bound int // waiters this class may have
+	n     int // waiters now
+	// returns counts the waiters that were refused before (come back).
+	returns int
+	active  []*flow // flows with waiters
 	// busy holds the flows with requests running or waiting: at most the
 	// cap plus the queue, however many tenants are known.
 	busy map[*flow]struct{}
@@ -160,6 +162,16 @@ func (q *fairQueue) waitingAtOrAbove(c int) int {
 	return n
 }
 
+// returnsAtOrAbove counts the waiters come back after a refusal of class
+// c and the classes above it.
+func (q *fairQueue) returnsAtOrAbove(c int) int {
+	n := 0
+	for i := 0; i <= q.classOf(c); i++ {
+		n += q.classes[i].returns
+	}
+	return n
+}
+
 // first reports whether a new request of flow f would be the next
 // granted: no class above f's has waiters, f has none, and f, at the
 // counter it would have once waiting (see push), is served before every
@@ -214,6 +226,19 @@ func (q *fairQueue) push(w *waiter) {
 		cq.active = append(cq.active, f)
 	}
 	w.elem = f.waiters.PushBack(w)
+	if w.cand.back > 0 {
+		// A request come back goes before those that come for the first
+		// time, the most refused first: it waited outside, told to come
+		// back for this slot, and its client may not retry again.
+		e := f.waiters.Front()
+		for e != w.elem && e.Value.(*waiter).cand.back >= w.cand.back {
+			e = e.Next()
+		}
+		if e != w.elem {
+			f.waiters.MoveBefore(w.elem, e)
+		}
+		cq.returns++
+	}
 	if cq.n == 0 && w.enqueued.After(cq.since) {
 		cq.since = w.enqueued
 	}
@@ -228,6 +253,9 @@ func (q *fairQueue) remove(w *waiter) {
 	f := w.flow
 	cq := &q.classes[f.key.class]
 	f.waiters.Remove(w.elem)
+	if w.cand.back > 0 {
+		cq.returns--
+	}
 	cq.n--
 	q.n--
 	q.tokens -= w.cand.prompt

@@ -10,6 +10,7 @@ import "time"
 func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
 	if v := l.s.enqueue(w); v != nil {
 		v.err, v.state = ErrShed, l.stateLocked(now, l.s.queue.position(v.flow))
+		l.placeLocked(now, &v.state, v.flow.key.class, v.cand)
 		close(v.ready)
 	}
 }
@@ -45,13 +46,21 @@ func (l *Limiter) reject(cause error, h Hooks, req Request, st State) *RejectErr
 func (l *Limiter) retryAfter(h Hooks, req Request, s State) time.Duration {
 	if h.Refuser != nil {
 		if d := h.Refuser.Refused(req, s); d > 0 {
-			return d
+			return l.boundRetry(d)
 		}
 	}
 	if d := EstimateRetryAfter(s); d > 0 {
-		return d
+		return l.boundRetry(d)
 	}
-	return max(req.MaxWait, 0)
+	return l.boundRetry(max(req.MaxWait, 0))
+}
+
+// boundRetry bounds a Retry-After by Config.MaxRetryAfter.
+func (l *Limiter) boundRetry(d time.Duration) time.Duration {
+	if l.maxRetry > 0 {
+		return min(d, l.maxRetry)
+	}
+	return d
 }
 
 // noteRefusal reserves a slot for a refused request's return (see
@@ -68,8 +77,10 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.tallyLocked(now)
-	defer func() { l.o.refused(now, req.Fingerprint, req.refusals, req.Retries, re.RetryAfter) }()
 	q := l.s.queue
+	defer func() {
+		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), req.refusals, req.Retries, re.RetryAfter)
+	}()
 	f := q.flows[flowKey{q.classOf(req.Class), req.Tenant}]
 	if f == nil {
 		return // forgotten (too many tenants): nothing to reserve for

@@ -58,6 +58,11 @@ type Config struct {
 	// clients that cannot retry), and is refused at once only when
 	// predicted to wait longer.
 	MaxQueueWait time.Duration `env:"MAX_QUEUE_WAIT"`
+	// MaxRetryAfter bounds the Retry-After of a refusal. The OpenAI SDKs
+	// wait a server's Retry-After only up to 60 s (beyond it they back off
+	// for about a second and retry): a client told the bound comes back
+	// then and is told its remaining wait. Zero means no bound.
+	MaxRetryAfter time.Duration `env:"MAX_RETRY_AFTER" envDefault:"60s"`
 	// FirstTokenTimeout bounds forwarding to first output of a streamed
 	// request (504, or an SSE error event after headers); 0 disables it.
 	FirstTokenTimeout time.Duration `env:"FIRST_TOKEN_TIMEOUT" envDefault:"60s"`

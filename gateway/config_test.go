@@ -14,7 +14,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Listen: ":8080", AdminListen: ":9090", SLOTTFT: time.Second, SLOTPOT: 100 * time.Millisecond,
-		SLOWindow: time.Minute, MaxQueue: 1024, FirstTokenTimeout: time.Minute, MaxBodyBytes: 16 << 20,
+		SLOWindow: time.Minute, MaxQueue: 1024, MaxRetryAfter: time.Minute, FirstTokenTimeout: time.Minute, MaxBodyBytes: 16 << 20,
 		ResponseTimeout: 10 * time.Minute, StreamIdleTimeout: time.Minute, ClientWriteTimeout: 30 * time.Second,
 		UpstreamIdleTimeout: 4 * time.Second, ClientHeaderTimeout: 10 * time.Second, ClientReadTimeout: time.Minute,
 		ClientIdleTimeout: 2 * time.Minute, MaxBodyBytesTotal: 256 << 20, SLOHeaders: "any",

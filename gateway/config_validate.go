@@ -69,6 +69,8 @@ func (c Config) Validate() error {
 		return bad("MaxQueueWait", "must not be negative")
 	case c.MaxQueueWait > 24*time.Hour:
 		return bad("MaxQueueWait", "must be at most 24h")
+	case c.MaxRetryAfter < 0 || c.MaxRetryAfter > 24*time.Hour:
+		return bad("MaxRetryAfter", "must be between 0 (no bound) and 24h")
 	case c.FirstTokenTimeout < 0:
 		return bad("FirstTokenTimeout", "must not be negative")
 	case c.FirstTokenTimeout > 24*time.Hour:

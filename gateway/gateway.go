@@ -176,7 +176,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	targets := cfg.Targets()
 	classes := newClasses(cfg)
 	g.lim = admission.NewLimiter(admission.Config{
-		Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue, Classes: classes.limiterClasses(),
+		Limit: cfg.Limit(), MaxQueue: cfg.MaxQueue, Classes: classes.limiterClasses(), MaxRetryAfter: cfg.MaxRetryAfter,
 		Fairness: admission.Fairness{
 			PromptWeight: cfg.FairPromptWeight, OutputWeight: cfg.FairOutputWeight,
 			Weight: classes.weight, MaxTenants: cfg.MaxTenants,

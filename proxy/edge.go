@@ -194,7 +194,8 @@ func tell(kind error, msg string, cause error) error {
 
 // answer tells the client of a failure before the response headers: the
 // row's status, an OpenAI-shaped error whose code is the reason, and for a
-// refusal Retry-After (whole seconds, rounded up) and X-Kneecap-Reason. It
+// refusal Retry-After (whole seconds, rounded up), Retry-After-Ms and
+// X-Kneecap-Reason. It
 // writes nothing for a client that left. It returns the row and the status
 // written (0 for none).
 func answer(w http.ResponseWriter, err error) (*failure, int) {
@@ -224,6 +225,7 @@ func answer(w http.ResponseWriter, err error) (*failure, int) {
 			retry = re.RetryAfter
 		}
 		w.Header().Set("Retry-After", retryAfterSeconds(retry))
+		w.Header().Set("Retry-After-Ms", retryAfterMillis(retry))
 		w.Header().Set(HeaderReason, f.reason)
 	}
 	wire.WriteError(w, status, f.errType, f.reason, msg)
@@ -234,6 +236,14 @@ func answer(w http.ResponseWriter, err error) (*failure, int) {
 // rounded up, at least 1.
 func retryAfterSeconds(d time.Duration) string {
 	return strconv.Itoa(max(1, int(math.Ceil(d.Seconds()))))
+}
+
+// retryAfterMillis renders a Retry-After duration as whole milliseconds,
+// rounded up, at least 1: the retry-after-ms header, which the OpenAI SDKs
+// read before Retry-After, so that a client comes back when its slot is
+// predicted to free and not up to a second later.
+func retryAfterMillis(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64(math.Ceil(float64(d)/float64(time.Millisecond)))), 10)
 }
 
 // abort records a failure before the response headers and answers it.

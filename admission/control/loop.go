@@ -312,7 +312,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
-		PromptTokens: req.PromptTokens}
+		PromptTokens: req.PromptTokens, Release: s.Release, Away: s.Away, Lateness: s.Lateness}
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}
@@ -345,7 +345,8 @@ func (r *Loop) Refused(_ admission.Request, s admission.State) time.Duration {
 	defer r.mu.Unlock()
 	r.rejected++
 	r.noteLocked(s.Running, s.Queued)
-	return max(r.c.Promise(now, max(s.Position-1, 0)), time.Nanosecond)
+	q := Query{Ahead: max(s.Position-1, 0), Release: s.Release, Away: s.Away, Lateness: s.Lateness}
+	return max(r.c.PromiseFor(now, q), time.Nanosecond)
 }
 
 // Cap returns the current cap.

@@ -1,0 +1,131 @@
+package admission
+
+import (
+	"container/heap"
+	"slices"
+	"time"
+)
+
+// The release schedule: when the limiter's slots are predicted to free.
+// A request that waits, inside the queue or outside it (refused, told to
+// come back), waits for a release: the k-th in line for the k-th. Each
+// running request is predicted to end after its output left at the decode
+// step the token budget predicts (Costs; without them, after a mean slot
+// hold from its grant), and each slot then holds a new request for a mean
+// slot hold. A refused request's Retry-After is its release (the
+// controller's to tell), so that it comes back when a slot frees for it,
+// not later: a slot free while its client is still away is idle although
+// demand exists.
+
+// expectOutput is the output tokens a ticket of c is expected to make: its
+// own bound when it is within half again the mean of requests (the
+// engine's ignore_eos or a tight max_tokens makes it exact), else the mean;
+// 0 when neither is known.
+func (b *budget) expectOutput(c candidate) int {
+	m := b.costs.MeanOutput
+	if c.output > 0 && (m == 0 || c.output <= m*3/2) {
+		return c.output
+	}
+	return m
+}
+
+// holdLocked is the predicted time a new request holds a slot: the mean
+// measured hold, else (nothing released yet) the token budget's
+// prediction of a mean request, 0 when neither is known.
+func (l *Limiter) holdLocked(running, resident int) time.Duration {
+	if l.meanHold > 0 {
+		return l.meanHold
+	}
+	step := l.b.costs.Step(running, resident)
+	if step <= 0 || l.b.costs.MeanOutput <= 0 {
+		return 0
+	}
+	return time.Duration(l.b.costs.MeanOutput) * step
+}
+
+// remainingLocked is the predicted time until t's request ends: its output
+// left at the decode step (and, before its first token, what is left of
+// the prefill's share of a mean hold), or, without a step or a length, the
+// mean hold less its age.
+func (l *Limiter) remainingLocked(now time.Time, t *Ticket, step, hold time.Duration) time.Duration {
+	age := now.Sub(t.granted)
+	if step <= 0 || t.expect <= 0 {
+		return max(hold-age, 0)
+	}
+	left := time.Duration(max(t.expect-int(t.generated.Load()), 1)) * step
+	if !t.first.Load() {
+		prefill := hold - time.Duration(t.expect)*step
+		if l.b.costs.knowsPrefill() {
+			prefill = l.b.costs.prefillOf(t.est, step)
+		}
+		left += max(prefill-age, 0)
+	}
+	return left
+}
+
+// releaseHeap holds when each slot frees next, earliest first.
+type releaseHeap []time.Duration
+
+func (h releaseHeap) Len() int           { return len(h) }
+func (h releaseHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h releaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *releaseHeap) Push(x any)        { *h = append(*h, x.(time.Duration)) }
+func (h *releaseHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// maxPlace bounds how far down the line a release is predicted.
+const maxPlace = 4096
+
+// releaseLocked is the predicted time from now until the place-th slot
+// frees for a request waiting now (place 1: the next), and whether it can
+// be predicted (something was measured). Free slots free at once; slots
+// held beyond the cap (it was lowered) free for nobody.
+func (l *Limiter) releaseLocked(now time.Time, place int) (time.Duration, bool) {
+	running, resident := l.runningLocked(), l.ResidentKV()
+	hold := l.holdLocked(running, resident)
+	if hold <= 0 {
+		return 0, false
+	}
+	step := l.b.costs.Step(running, resident)
+	left := make([]time.Duration, 0, len(l.tickets))
+	for t := range l.tickets {
+		left = append(left, l.remainingLocked(now, t, step, hold))
+	}
+	slices.Sort(left)
+	limit := l.b.limit
+	if over := len(left) - limit; over > 0 {
+		left = left[over:] // these releases bring the count down to the cap
+	}
+	for len(left) < limit {
+		left = append(left, 0)
+	}
+	h := releaseHeap(left)
+	heap.Init(&h)
+	var at time.Duration
+	for range min(max(place, 1), maxPlace) {
+		at = h[0]
+		h[0] += hold
+		heap.Fix(&h, 0)
+	}
+	return at, true
+}
+
+// placeLocked completes st, the state at position st.Position in the
+// queue, for a request of class c: the refused requests expected back that
+// go before it, and the predicted time until the slot of its place in line
+// frees. A request come back goes before those that come for the first
+// time.
+func (l *Limiter) placeLocked(now time.Time, st *State, class int, c candidate) {
+	st.Back, st.LastTry = c.back, c.back >= lastTry || c.retries >= lastTry
+	if c.back > 0 {
+		st.Position = max(1, min(st.Position, l.s.queue.returnsAtOrAbove(class)+1))
+	} else {
+		st.Away = l.o.ahead(class, 0)
+	}
+	st.Release, _ = l.releaseLocked(now, st.Position+st.Away)
+	st.Lateness = l.o.lateness
+}
