@@ -141,11 +141,12 @@ type candidate struct {
 	// before those that come for the first time (see fairQueue.push);
 	// retries its client's count of its attempts (Request.Retries).
 	back, retries int
+	since         time.Time // its first refusal (zero: none)
 }
 
 // candidateOf is req as the budget weighs it.
 func candidateOf(req Request) candidate {
-	c := candidate{prompt: max(req.PromptTokens, 0), output: max(req.MaxOutput, 0), back: req.refusals, retries: req.Retries}
+	c := candidate{prompt: max(req.PromptTokens, 0), output: max(req.MaxOutput, 0), back: req.refusals, retries: req.Retries, since: req.since}
 	if req.Targets.TTFT > 0 {
 		c.deadline = req.Arrival.Add(req.Targets.TTFT)
 	}

@@ -38,7 +38,8 @@ type Request struct {
 	Fingerprint uint64
 	Retries     int
 
-	refusals int // times refused before (set by Acquire)
+	refusals int       // times refused before (set by Acquire)
+	since    time.Time // its first refusal (set by Acquire)
 }
 
 // State is a snapshot of the limiter, as hooks and rejections see it.

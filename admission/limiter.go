@@ -40,7 +40,7 @@ const holdWeight = 1.0 / 8
 type Limiter struct {
 	maxQueue int
 	maxRetry time.Duration // Config.MaxRetryAfter
-	origin   time.Time // base of grantSum
+	origin   time.Time     // base of grantSum
 
 	running atomic.Int64 // slots held; written under mu, read without it
 	// The KV tokens the running requests hold in the engine: their prompts
@@ -140,7 +140,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	start := time.Now()
 	l.mu.Lock()
 	l.tallyLocked(start)
-	req.refusals = l.o.arrived(start, req.Fingerprint)
+	req.refusals, req.since = l.o.arrived(start, req.Fingerprint)
 	t, cause, st, queue := l.arriveLocked(start, start, req)
 	hooks := l.hooks
 	l.mu.Unlock()
@@ -291,6 +291,7 @@ func (l *Limiter) SetCosts(c Costs) {
 func (l *Limiter) firstToken(t *Ticket) {
 	l.mu.Lock()
 	l.tallyLocked(time.Now())
+	t.firstAt = time.Now()
 	if l.b.firstToken(t) {
 		l.wakeLocked(time.Now())
 	}

@@ -43,6 +43,7 @@ type away struct {
 	key      uint64
 	class    int       // its priority class
 	refusals int       // times refused so far
+	since    time.Time // its first refusal: its place in line
 	due      time.Time // when its Retry-After ends
 	until    time.Time // due + returnGrace: expected back by then
 	index    int       // in awayHeap
@@ -149,11 +150,11 @@ func (o *outside) forget(a *away) {
 
 // arrived takes a request of fingerprint key that comes now off the
 // refused requests expected back, and returns how often it was refused
-// before (0: not a return, or not known).
-func (o *outside) arrived(now time.Time, key uint64) int {
+// before (0: not a return, or not known) and when first.
+func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 	a := o.byKey[key]
 	if key == 0 || a == nil {
-		return 0
+		return 0, time.Time{}
 	}
 	o.forget(a)
 	o.returned++
@@ -164,14 +165,14 @@ func (o *outside) arrived(now time.Time, key uint64) int {
 	} else {
 		o.lateness += (late - o.lateness) / 8
 	}
-	return a.refusals
+	return a.refusals, a.since
 }
 
 // refused counts a refusal at now of a request of fingerprint key refused
 // refusals times before, whose client counts retries retries (-1: it does
 // not say), told to come back after retry; it is expected back unless
 // this was its client's last try.
-func (o *outside) refused(now time.Time, key uint64, class, refusals, retries int, retry time.Duration) {
+func (o *outside) refused(now time.Time, key uint64, class, refusals, retries int, since time.Time, retry time.Duration) {
 	if refusals > 0 {
 		o.again++
 	}
@@ -195,7 +196,10 @@ func (o *outside) refused(now time.Time, key uint64, class, refusals, retries in
 		o.forget(o.due[last])
 	}
 	due := now.Add(retry)
-	a := &away{key: key, class: class, refusals: refusals + 1, due: due, until: due.Add(returnGrace)}
+	if since.IsZero() {
+		since = now
+	}
+	a := &away{key: key, class: class, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
 	o.byKey[key] = a
 	heap.Push(&o.due, a)
 }
@@ -239,28 +243,29 @@ func (l *Limiter) tallyLocked(now time.Time) {
 }
 
 // ahead is the refused requests expected back that go before a request of
-// class refused back times before: none for one come back itself; for
-// a first-comer, those of its class and above, weighed by the share that
+// class first refused at since (zero: a first-comer): those of its class
+// and above refused before it, the line kept in the order of first
+// refusals; for a first-comer, all of them, weighed by the share that
 // comes back.
-func (o *outside) ahead(class, back int) int {
-	if back > 0 || len(o.due) == 0 {
-		return 0
-	}
+func (o *outside) ahead(class int, since time.Time) int {
 	n := 0
 	for _, a := range o.due {
-		if a.class <= class {
+		if a.class <= class && (since.IsZero() || a.since.Before(since)) {
 			n++
 		}
 	}
-	return int(float64(n)*o.back + 0.5)
+	if since.IsZero() {
+		return int(float64(n)*o.back + 0.5)
+	}
+	return n
 }
 
 // holdBack is how long after its Retry-After a refused request's slot is
 // held for it against a first-comer: a client that reads Retry-After in
 // whole seconds comes back up to a second after the wait it was told.
-const holdBack = time.Second
+const holdBack = 0
 
-// due counts the refused requests of class and above whose Retry-After
+// dueBack counts the refused requests of class and above whose Retry-After
 // has ended within holdBack: a slot that frees then is theirs, not a
 // first-comer's (Limiter.heldLocked). None while fewer than half the
 // refused requests come back.

@@ -172,6 +172,25 @@ func (q *fairQueue) returnsAtOrAbove(c int) int {
 	return n
 }
 
+// returnsBefore counts the waiters of class c and the classes above it
+// that came back after a refusal first made before since.
+func (q *fairQueue) returnsBefore(c int, since time.Time) int {
+	n := 0
+	for i := 0; i <= q.classOf(c); i++ {
+		if q.classes[i].returns == 0 {
+			continue
+		}
+		for _, f := range q.classes[i].active {
+			for e := f.waiters.Front(); e != nil; e = e.Next() {
+				if w := e.Value.(*waiter); w.cand.back > 0 && w.cand.since.Before(since) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
 // first reports whether a new request of flow f would be the next
 // granted: no class above f's has waiters, f has none, and f, at the
 // counter it would have once waiting (see push), is served before every
@@ -228,10 +247,11 @@ func (q *fairQueue) push(w *waiter) {
 	w.elem = f.waiters.PushBack(w)
 	if w.cand.back > 0 {
 		// A request come back goes before those that come for the first
-		// time, the most refused first: it waited outside, told to come
-		// back for this slot, and its client may not retry again.
+		// time, in the order they were first refused: it waited outside,
+		// told to come back for this slot, and its client may not retry
+		// many times more.
 		e := f.waiters.Front()
-		for e != w.elem && e.Value.(*waiter).cand.back >= w.cand.back {
+		for e != w.elem && e.Value.(*waiter).cand.back > 0 && !w.cand.since.Before(e.Value.(*waiter).cand.since) {
 			e = e.Next()
 		}
 		if e != w.elem {

@@ -79,7 +79,7 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	l.tallyLocked(now)
 	q := l.s.queue
 	defer func() {
-		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), req.refusals, req.Retries, re.RetryAfter)
+		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), req.refusals, req.Retries, req.since, re.RetryAfter)
 	}()
 	f := q.flows[flowKey{q.classOf(req.Class), req.Tenant}]
 	if f == nil {

@@ -44,23 +44,42 @@ func (l *Limiter) holdLocked(running, resident int) time.Duration {
 }
 
 // remainingLocked is the predicted time until t's request ends: its output
-// left at the decode step (and, before its first token, what is left of
-// the prefill's share of a mean hold), or, without a step or a length, the
-// mean hold less its age.
-func (l *Limiter) remainingLocked(now time.Time, t *Ticket, step, hold time.Duration) time.Duration {
+// left at per, the time per token (and, before its first token, what is
+// left of the prefill's share of a mean hold), or, without a time per
+// token or a length, the mean hold less its age. A request that has made
+// enough tokens is timed by its own pace, which holds what the step alone
+// does not (its neighbours' prefills stalling it).
+func (l *Limiter) remainingLocked(now time.Time, t *Ticket, per, hold time.Duration) time.Duration {
 	age := now.Sub(t.granted)
-	if step <= 0 || t.expect <= 0 {
+	if per <= 0 || t.expect <= 0 {
 		return max(hold-age, 0)
 	}
-	left := time.Duration(max(t.expect-int(t.generated.Load()), 1)) * step
+	made := int(t.generated.Load())
+	if own, ok := ownPace(now, t, made); ok {
+		per = own
+	}
+	left := time.Duration(max(t.expect-made, 1)) * per
 	if !t.first.Load() {
-		prefill := hold - time.Duration(t.expect)*step
+		prefill := hold - time.Duration(t.expect)*per
 		if l.b.costs.knowsPrefill() {
-			prefill = l.b.costs.prefillOf(t.est, step)
+			prefill = l.b.costs.prefillOf(t.est, l.b.costs.Step(l.runningLocked(), l.ResidentKV()))
 		}
 		left += max(prefill-age, 0)
 	}
 	return left
+}
+
+// paceTokens is how many tokens a request must have made for its own pace
+// to time the rest of it.
+const paceTokens = 8
+
+// ownPace is t's time per token since its first, once it made
+// paceTokens (made counts its output chunks so far).
+func ownPace(now time.Time, t *Ticket, made int) (time.Duration, bool) {
+	if !t.first.Load() || t.firstAt.IsZero() || made <= paceTokens {
+		return 0, false
+	}
+	return now.Sub(t.firstAt) / time.Duration(made-1), true
 }
 
 // releaseHeap holds when each slot frees next, earliest first.
@@ -90,10 +109,24 @@ func (l *Limiter) releaseLocked(now time.Time, place int) (time.Duration, bool) 
 	if hold <= 0 {
 		return 0, false
 	}
-	step := l.b.costs.Step(running, resident)
+	// The time per token of the requests that have not made enough to be
+	// timed by their own pace: the mean pace of those that have, else the
+	// token budget's step.
+	per := l.b.costs.Step(running, resident)
+	var sum time.Duration
+	n := 0
+	for t := range l.tickets {
+		if own, ok := ownPace(now, t, int(t.generated.Load())); ok {
+			sum += own
+			n++
+		}
+	}
+	if n > 0 && per > 0 {
+		per = sum / time.Duration(n)
+	}
 	left := make([]time.Duration, 0, len(l.tickets))
 	for t := range l.tickets {
-		left = append(left, l.remainingLocked(now, t, step, hold))
+		left = append(left, l.remainingLocked(now, t, per, hold))
 	}
 	slices.Sort(left)
 	limit := l.b.limit
@@ -117,15 +150,15 @@ func (l *Limiter) releaseLocked(now time.Time, place int) (time.Duration, bool) 
 // placeLocked completes st, the state at position st.Position in the
 // queue, for a request of class c: the refused requests expected back that
 // go before it, and the predicted time until the slot of its place in line
-// frees. A request come back goes before those that come for the first
-// time.
+// frees. The line is kept in the order of first refusals: a request come
+// back goes after those refused before it, inside or outside, and before
+// those refused after it and those that come for the first time.
 func (l *Limiter) placeLocked(now time.Time, st *State, class int, c candidate) {
 	st.Back, st.LastTry = c.back, c.back >= lastTry || c.retries >= lastTry
 	if c.back > 0 {
-		st.Position = max(1, min(st.Position, l.s.queue.returnsAtOrAbove(class)+1))
-	} else {
-		st.Away = l.o.ahead(class, 0)
+		st.Position = max(1, min(st.Position, l.s.queue.returnsBefore(class, c.since)+1))
 	}
+	st.Away = l.o.ahead(class, c.since)
 	st.Release, _ = l.releaseLocked(now, st.Position+st.Away)
 	st.Lateness = l.o.lateness
 }

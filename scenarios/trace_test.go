@@ -63,7 +63,16 @@ func TestTrace(t *testing.T) {
 	if w, err := time.ParseDuration(os.Getenv("KNEECAP_TRACE_WINDOW")); err == nil {
 		timing.Window = w
 	}
-	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(timing), KneeCapacity: knee, Seed: max(seed, 1), KeepRecords: true}
+	clients := bench.ClientsSDK
+	if v := os.Getenv("KNEECAP_TRACE_CLIENTS"); v != "" {
+		if clients, err = bench.ParseClients(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sc.Users == 0 {
+		clients = bench.ClientsNext
+	}
+	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(timing), KneeCapacity: knee, Seed: max(seed, 1), KeepRecords: true, Clients: clients}
 	if env := os.Getenv("KNEECAP_TRACE_ENV"); env != "" {
 		run.Env = strings.Split(env, ",") // gateway settings, KEY=VALUE,...
 	}
@@ -111,7 +120,51 @@ func TestTrace(t *testing.T) {
 			missTTFT, missTPOT, q(ttfts, 0.5).Round(time.Millisecond), q(ttfts, 0.9).Round(time.Millisecond),
 			q(tpots, 0.5).Round(time.Millisecond), q(tpots, 0.9).Round(time.Millisecond), reasons)
 	}
+	traceAttempts(res)
 	if res.Completed == 0 {
 		t.Error("nothing completed")
 	}
+}
+
+// traceAttempts prints what became of each attempt of a request (the
+// OpenAI SDKs' retries), the Retry-After the refused ones were told, and
+// the gateway's count of the demand it turned away.
+func traceAttempts(res RunResult) {
+	type key struct {
+		attempt int
+		outcome string
+	}
+	n := map[key]int{}
+	var ras []time.Duration
+	good := map[int]int{}
+	for _, rec := range res.Records {
+		o := rec.Outcome.String()
+		if rec.Outcome == bench.Rejected {
+			o += " " + rec.Reason
+			ras = append(ras, rec.RetryAfter)
+		}
+		if rec.GaveUp {
+			o += " (gave up)"
+		}
+		n[key{rec.Attempt, o}]++
+		if rec.Good {
+			good[rec.Attempt]++
+		}
+	}
+	keys := slices.SortedFunc(maps.Keys(n), func(a, b key) int {
+		if a.attempt != b.attempt {
+			return a.attempt - b.attempt
+		}
+		return strings.Compare(a.outcome, b.outcome)
+	})
+	for _, k := range keys {
+		fmt.Fprintf(os.Stderr, "  attempt %d %-32s %d\n", k.attempt, k.outcome, n[k])
+	}
+	slices.Sort(ras)
+	if len(ras) > 0 {
+		fmt.Fprintf(os.Stderr, "  good by attempt %v; Retry-After p10 %v p50 %v p90 %v\n", good,
+			ras[len(ras)/10].Round(time.Millisecond), ras[len(ras)/2].Round(time.Millisecond), ras[len(ras)*9/10].Round(time.Millisecond))
+	}
+	fmt.Fprintf(os.Stderr, "  outside: %.2f idle slots, %d returns, %d refused again, %d refused on a last try\n",
+		res.Outside.IdleSlots, res.Outside.Returned, res.Outside.RefusedAgain, res.Outside.GaveUp)
 }
