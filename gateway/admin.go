@@ -33,6 +33,7 @@ func (g *Gateway) adminRouter() http.Handler {
 	})
 	r.Get("/readyz", g.serveReady)
 	r.Get("/status", g.serveStatus)
+	g.routeLivePage(r)
 	return r
 }
 
