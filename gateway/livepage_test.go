@@ -1,16 +1,19 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/kneecap/kneecap/proxy/proxytest"
+	"github.com/kneecap/kneecap/slo"
 )
 
 // serveAdmin serves one request from the gateway's admin handler.
@@ -213,4 +216,72 @@ func TestLiveHistoryUnderRun(t *testing.T) {
 		t.Errorf("the history counted %d queue_timeout refusals, want 1", refused)
 	}
 	h.stop(t)
+}
+
+// liveBenchGateway is an adaptive gateway whose window holds a minute of
+// requests and chunks and whose controller has a model, as under load.
+func liveBenchGateway(b *testing.B) *Gateway {
+	b.Helper()
+	cfg, err := ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://127.0.0.1:1", "KNEECAP_ENGINE_METRICS=off"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for i := range 3000 {
+		at := now.Add(-time.Minute + time.Duration(i)*20*time.Millisecond)
+		r := slo.Record{Outcome: slo.Good, TTFT: time.Duration(100+i%900) * time.Millisecond, EngineTTFT: 50 * time.Millisecond,
+			E2E: 3 * time.Second, OutputTokens: 100, Streamed: true}
+		g.win.Add(at, &r)
+		for j := range 30 {
+			g.win.AddITL(at, time.Duration(5+j+i%50)*time.Millisecond)
+		}
+	}
+	ctrl := g.ctrl.(*adaptive)
+	for n := 1; n <= 16; n++ {
+		for range 20 {
+			ctrl.Loop.Chunk(now, n, time.Duration(20+n)*time.Millisecond)
+			ctrl.Loop.FirstChunk(now, n, time.Duration(200+10*n)*time.Millisecond)
+		}
+	}
+	ctx, cancel := context.WithTimeout(b.Context(), 1500*time.Millisecond)
+	_ = ctrl.Run(ctx) // one decision fits the model
+	cancel()
+	return g
+}
+
+// BenchmarkLivePage is what the live page costs the gateway, off the data
+// path: one sample of the history (every 2 s while the gateway runs), and
+// what an open page asks for (/status every second, /live/history every
+// 2 s, all of it on its first load).
+func BenchmarkLivePage(b *testing.B) {
+	g := liveBenchGateway(b)
+	for range historyLen {
+		g.history.take()
+	}
+	last := func() string { // the newest sample's number, as a polling page asks
+		g.history.mu.Lock()
+		defer g.history.mu.Unlock()
+		return strconv.FormatInt(g.history.n-1, 10)
+	}
+	for _, bc := range []struct {
+		name string
+		do   func()
+	}{
+		{"sample", g.history.take},
+		{"status", func() { serveAdmin(g, http.MethodGet, "/status", nil) }},
+		{"history-poll", func() { serveAdmin(g, http.MethodGet, "/live/history?since="+last(), nil) }},
+		{"history-all", func() { serveAdmin(g, http.MethodGet, "/live/history", nil) }},
+		{"page", func() { serveAdmin(g, http.MethodGet, "/", nil) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.do()
+			}
+		})
+	}
 }
