@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -235,44 +233,22 @@ func livePageBehindSim(t *testing.T, browser context.Context, screenshot bool) {
 	var bg sync.WaitGroup
 	engCtx, engStop := context.WithCancel(context.Background())
 	bg.Go(func() { _ = engine.Run(engCtx) })
-	engSrv := httptest.NewServer(engine.Handler())
-	defer func() {
-		engSrv.Close()
+	t.Cleanup(func() { // after the gateway's and its engine server's (start)
 		engStop()
 		bg.Wait()
-	}()
-
-	cfg, err := ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + engSrv.URL}, env...))
+	})
+	cfg, err := ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=http://engine"}, env...)) // start serves the engine
 	if err != nil {
 		t.Fatal(err)
 	}
-	tl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	al, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := New(cfg, WithListeners(tl, al), WithRegistry(prometheus.NewRegistry()), WithLogger(quiet))
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := "http://" + al.Addr().String()
-	gwCtx, gwStop := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- g.Run(gwCtx) }()
-	defer func() {
-		gwStop()
-		if err := <-ran; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	h := start(t, engine.Handler(), cfg, withOwnController(), WithLogger(quiet))
+	g, admin := h.g, h.admin
 
 	loadCtx, loadStop := context.WithCancel(context.Background())
-	bg.Go(func() {
+	var load sync.WaitGroup
+	load.Go(func() {
 		_, err := bench.Run(loadCtx, bench.Config{
-			BaseURL: "http://" + tl.Addr().String(), Levels: []float64{float64(users)}, Duration: time.Hour,
+			BaseURL: h.traffic, Levels: []float64{float64(users)}, Duration: time.Hour,
 			Workload:  bench.Synthetic{InputLen: bench.Dist{Mean: prompt}, OutputLen: bench.Dist{Mean: output}},
 			IgnoreEOS: true, Seed: 1, RetryAfterMax: time.Duration(float64(2*time.Second) / scale),
 		})
@@ -280,7 +256,10 @@ func livePageBehindSim(t *testing.T, browser context.Context, screenshot bool) {
 			t.Errorf("load: %v", err)
 		}
 	})
-	defer loadStop() // before the engine and the gateway stop (deferred earlier, run later)
+	defer func() { // before the gateway and the engine stop (in t.Cleanup)
+		loadStop()
+		load.Wait()
+	}()
 
 	tb := openTab(t, browser, admin+"/")
 	// The curve is drawn with the cap marker on the curve's point at the
@@ -322,6 +301,10 @@ func livePageBehindSim(t *testing.T, browser context.Context, screenshot bool) {
 	}
 	tb.noConsoleErrors(t)
 }
+
+// withOwnController undoes start's WithStaticCap: the gateway's own
+// controller sets the cap, as in kneecap serve.
+func withOwnController() Option { return func(o *options) { o.static = false } }
 
 // scriptedStatus is a controller that moves nothing and reports in
 // /status whatever the test stores.

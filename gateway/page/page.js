@@ -11,6 +11,9 @@
     draining: '#64748b', body_budget: '#be185d', other: '#a3a3a3',
   };
 
+  // A white outline under a label keeps it readable over the lines.
+  const HALO = { stroke: '#fff', 'stroke-width': 4, 'stroke-linejoin': 'round', 'paint-order': 'stroke' };
+
   const $ = (id) => document.getElementById(id);
   const num = (x) => (typeof x === 'number' && Number.isFinite(x) ? x : null);
   const obj = (x) => (x !== null && typeof x === 'object' && !Array.isArray(x) ? x : null);
@@ -146,7 +149,7 @@
     }
     if (pct !== null) {
       el(svg, 'line', { x1: f.x0, x2: f.x1, y1: sa(pct), y2: sa(pct), stroke: '#6b7280', 'stroke-dasharray': '4 4' });
-      el(svg, 'text', { x: f.x0 + 4, y: sa(pct) - 4 }, 'required share ' + fmtPct(pct));
+      el(svg, 'text', Object.assign({ x: f.x0 + 4, y: sa(pct) - 4 }, HALO), 'required share ' + fmtPct(pct));
     }
 
     const predicted = levels.filter((l) => num(l.predicted_tpot_seconds) > 0 || g(l) > 0);
@@ -187,7 +190,7 @@
       const x = f.sx(cap);
       const mk = el(svg, 'g', { id: 'cap-marker', 'data-cap': cap });
       el(mk, 'line', { x1: x, x2: x, y1: f.y1 - 4, y2: f.y0, stroke: '#111827', 'stroke-width': 2 });
-      el(mk, 'text', { x: x - 6, y: f.y0 - 8, 'text-anchor': 'end', class: 'title' }, 'cap ' + cap);
+      el(mk, 'text', Object.assign({ x: x - 6, y: f.y0 - 8, 'text-anchor': 'end', class: 'title' }, HALO), 'cap ' + cap);
     }
     const running = num(st.running);
     if (running !== null && running > 0) {
@@ -229,7 +232,7 @@
     }
     if (opts.target) {
       el(svg, 'line', { x1: f.x0, x2: f.x1, y1: f.sy(opts.target), y2: f.sy(opts.target), stroke: '#b91c1c', 'stroke-dasharray': '5 4' });
-      el(svg, 'text', { x: f.x1 - 2, y: f.sy(opts.target) - 4, 'text-anchor': 'end', fill: '#b91c1c' }, opts.targetLabel);
+      el(svg, 'text', Object.assign({ x: f.x1 - 2, y: f.sy(opts.target) - 4, 'text-anchor': 'end', fill: '#b91c1c' }, HALO), opts.targetLabel);
     }
     const bw = Math.max(1, (f.x1 - f.x0) / (HISTORY_SPAN / (h.interval || 2)) - 0.5);
     if (opts.bars) {
