@@ -24,7 +24,7 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/kneecap /kneecap
 USER 65532:65532
 # Traffic (KNEECAP_LISTEN) and admin (KNEECAP_ADMIN_LISTEN: /metrics,
-# /healthz, /readyz, /status).
+# /healthz, /readyz, /status, and the live page at /).
 EXPOSE 8080 9090
 ENTRYPOINT ["/kneecap"]
 CMD ["serve"]

@@ -42,9 +42,10 @@ func TestOperatingDocEnvTable(t *testing.T) {
 	}
 }
 
-// TestOperatingDocYAML parses every YAML example in docs/operating.md.
+// TestOperatingDocYAML parses every YAML example in docs/operating.md and
+// docs/fleet.md.
 func TestOperatingDocYAML(t *testing.T) {
-	doc := string(readFile(t, filepath.Join(repoRoot(t), operatingDoc)))
+	doc := string(readFile(t, filepath.Join(repoRoot(t), operatingDoc))) + string(readFile(t, filepath.Join(repoRoot(t), "docs/fleet.md")))
 	n := 0
 	for _, block := range strings.Split(doc, "```yaml\n")[1:] {
 		body, _, ok := strings.Cut(block, "```")
@@ -58,6 +59,6 @@ func TestOperatingDocYAML(t *testing.T) {
 		n++
 	}
 	if n < 3 {
-		t.Errorf("only %d yaml examples in %s", n, operatingDoc)
+		t.Errorf("only %d yaml examples in %s and docs/fleet.md", n, operatingDoc)
 	}
 }

@@ -234,7 +234,7 @@ scrape_configs:
 
 	t.Run("autoscaler queries", func(t *testing.T) {
 		// The KEDA trigger's query as written, and the series
-		// prometheus-adapter serves to the HPA (docs/operating.md).
+		// prometheus-adapter serves to the HPA (docs/fleet.md).
 		so := decodeFile[*scaledObject](t, "deploy/kubernetes/components/keda/scaledobject.yaml")
 		if err := api.requireData(ctx, so.Spec.Triggers[0].Metadata["query"]); err != nil {
 			t.Errorf("KEDA query: %v", err)

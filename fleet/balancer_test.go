@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// The balancers' configurations are the files docs/operating.md shows
+// The balancers' configurations are the files docs/fleet.md shows
 // (deploy/fleet); the test changes only what a machine with every replica
 // on 127.0.0.1 must: the listen port, each server's address and, for
 // HAProxy, each server's check and agent ports.

@@ -2,7 +2,7 @@
 // simulated engine (sim, 10x speed) with kneecap beside it (gateway.New
 // with the settings `kneecap serve` parses), in this process on 127.0.0.1,
 // behind real nginx and real HAProxy from Debian's packages running as
-// child processes with the configurations docs/operating.md shows
+// child processes with the configurations docs/fleet.md shows
 // (deploy/fleet). It holds only tests.
 //
 // # Overview
@@ -23,7 +23,7 @@
 //     replicas alone in the same run (a slower third replica in the
 //     hetero-* cases); its flags set the windows, rounds, cases and the
 //     engines' speed-up (scripts/fleet-bench).
-//   - docs_test.go: docs/operating.md shows deploy/fleet as it is.
+//   - docs_test.go: docs/fleet.md shows deploy/fleet as it is.
 //
 // The load tests run in real time and skip under -race and in -short; CI
 // runs them in a step of their own.

@@ -5,13 +5,13 @@ import (
 	"testing"
 )
 
-// TestDocsShowTheConfigurations: docs/operating.md shows the balancer
+// TestDocsShowTheConfigurations: docs/fleet.md shows the balancer
 // configurations the fleet tests run, line for line (one source for both).
 func TestDocsShowTheConfigurations(t *testing.T) {
-	doc := readFile(t, "../docs/operating.md")
+	doc := readFile(t, "../docs/fleet.md")
 	for _, path := range []string{nginxConf, haproxyConf} {
 		if !strings.Contains(doc, "\n"+readFile(t, path)+"```\n") {
-			t.Errorf("docs/operating.md does not show %s as it is (copy the file into its code block)", path)
+			t.Errorf("docs/fleet.md does not show %s as it is (copy the file into its code block)", path)
 		}
 	}
 }

@@ -12,7 +12,7 @@ import (
 )
 
 // The flags of TestFleet, after -args (scripts/fleet-bench sets them for
-// the numbers in docs/operating.md):
+// the numbers in docs/fleet.md):
 //
 //	go test -count=1 -v -run TestFleet ./fleet -args -fleet-window 120s -fleet-rounds 3
 var (
@@ -37,12 +37,12 @@ type fleetCase struct {
 
 // TestFleet measures a fleet of three replicas (each a simulated GB10 BF16
 // engine, 10x speed, with kneecap beside it) behind real nginx and real
-// HAProxy, configured as docs/operating.md shows, against replicas alone
+// HAProxy, configured as docs/fleet.md shows, against replicas alone
 // in the same run: 96 closed-loop users through the balancer, 32 on each
 // replica alone, users honouring Retry-After. Its goodput must reach
 // -fleet-min (0.7 in CI: a bound that holds on a noisy shared 2-core
 // machine; scripts/fleet-bench measures the ratio over longer windows for
-// docs/operating.md) of the sum of the replicas alone, and no request may
+// docs/fleet.md) of the sum of the replicas alone, and no request may
 // be lost: every one ends in a 200 or in a 429 with Retry-After that the
 // client saw after every replica refused. With the slower replica
 // (hetero-*), the sum alone is two fast replicas and the slow one.

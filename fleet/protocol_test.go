@@ -41,7 +41,7 @@ func post(url string) answer {
 }
 
 // TestBalancerProtocol puts real nginx and HAProxy, configured as
-// docs/operating.md shows (deploy/fleet), in front of three kneecaps with a
+// docs/fleet.md shows (deploy/fleet), in front of three kneecaps with a
 // static cap of 1 and no queue, and checks what kneecap tells a balancer:
 // a refusal is tried on another replica (a 429 by nginx, a 503 with
 // KNEECAP_REFUSAL_STATUS=503 by HAProxy 2.6), the client sees a 429 with

@@ -33,6 +33,7 @@ func (g *Gateway) adminRouter() http.Handler {
 	})
 	r.Get("/readyz", g.serveReady)
 	r.Get("/status", g.serveStatus)
+	g.routeLivePage(r)
 	return r
 }
 
@@ -100,6 +101,9 @@ type Status struct {
 	DemandRatio control.Float `json:"demand_ratio"`
 	Targets     TargetsStatus `json:"targets"`
 	Window      WindowStatus  `json:"window"`
+	// Rejections counts the requests refused since the gateway started,
+	// by reason (as kneecap_rejections_total).
+	Rejections map[string]int64 `json:"rejections_total"`
 	// Classes are the priority classes, highest first; Tenants the most
 	// served tenants (KNEECAP_TENANT_METRICS of them), the rest as
 	// "other".
@@ -238,6 +242,7 @@ func (g *Gateway) Status() Status {
 			ITL: quantilesStatus(ws.ITL), E2E: quantilesStatus(ws.E2E), QueueWait: quantilesStatus(ws.QueueWait),
 		},
 	}
+	s.Rejections = g.metrics.rejectedByReason()
 	s.Classes, s.Tenants = classesStatus(g.lim, g.cfg.TenantMetrics)
 	s.NotStreamed = g.notStreamedStatus()
 	if g.status != nil {

@@ -128,7 +128,7 @@ type Config struct {
 	// or 503 for a load balancer that can retry a 503 on another replica
 	// but not a 429 (HAProxy 2.6: retry-on takes no 429); the balancer
 	// then turns the last replica's 503 back into a 429 for the client
-	// (docs/operating.md). The reason and Retry-After are the same.
+	// (docs/fleet.md). The reason and Retry-After are the same.
 	RefusalStatus int `env:"REFUSAL_STATUS" envDefault:"429"`
 	// AgentListen, when set, serves HAProxy's agent-check protocol on this
 	// address (see agent.go): one line per connection with the replica's

@@ -21,7 +21,7 @@
 //     is the traffic handler (chi router: in-flight tracking, then POST
 //     /v1/chat/completions and /v1/completions admitted and measured, every
 //     other path passed through); [Gateway.AdminHandler] serves /metrics,
-//     /healthz, /readyz and /status. [Gateway.Run] listens, serves, runs the
+//     /healthz, /readyz, /status and the live page (/, /live/...). [Gateway.Run] listens, serves, runs the
 //     controller and drains on shutdown, all under one errgroup.
 //   - metrics.go: the Prometheus metrics, fed as a proxy.Observer (counters,
 //     histograms) and read at scrape time (gauges of limiter and window);
@@ -47,6 +47,16 @@
 //     "not_streamed" names the routes that reassemble a request that is
 //     not streamed and those that relay it whole, with their counts;
 //     "engine_metrics" the engine's own KV reading).
+//   - livepage.go: the live page on the admin port, GET / with its
+//     script, style and icon (gateway/page, embedded with go:embed): one
+//     page that polls /status and /live/history from the browser and
+//     draws the controller's curve, the cap and why it moved, the last ten
+//     minutes, the token budget, classes and tenants. Read-only, files of
+//     its own only (a strict Content-Security-Policy), GET and HEAD only.
+//     livehistory.go: the samples behind /live/history, the numbers
+//     /status shows of the limiter and the window and the refusals by
+//     reason, one every 2 s for ten minutes in a fixed ring, read off
+//     the data path.
 //   - The engine's own metrics (KNEECAP_ENGINE_METRICS, package
 //     enginemetrics): New builds the scraper of the engine's Prometheus
 //     endpoint (over the injected transport if there is one, else its
@@ -63,8 +73,9 @@
 //
 // New starts nothing. Run starts the two HTTP servers, the controller's Run,
 // the engine-metrics scraper's Run (when on; its failures are logged and
-// never end the gateway) and a shutdown goroutine under
-// errgroup.WithContext; when the context ends (SIGTERM in `kneecap serve`)
+// never end the gateway), the live page's sampler (until the admin server
+// has shut down, so that it records the drain) and a shutdown goroutine
+// under errgroup.WithContext; when the context ends (SIGTERM in `kneecap serve`)
 // it marks the gateway draining (/readyz 503), drains the limiter (queued
 // requests get 503), shuts the traffic server down within DrainTimeout
 // (cutting streams still running after it), waits for every traffic

@@ -136,6 +136,7 @@ type Gateway struct {
 	status    StatusReporter
 	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
+	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	registry  *prometheus.Registry
 	transport http.RoundTripper
@@ -238,6 +239,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		Help: "Requests sent to the engine a second time, on a fresh connection, because the reused keep-alive connection they were sent on failed before any response byte arrived (the engine had closed it).",
 	}, func() float64 { return float64(p.Retries()) }))
 	g.traffic = g.trafficRouter()
+	g.history = newHistory(g.liveSample)
 	g.admin = g.adminRouter()
 	return g, nil
 }
@@ -309,7 +311,7 @@ func (g *Gateway) track(next http.Handler) http.Handler {
 func (g *Gateway) Handler() http.Handler { return g.traffic }
 
 // AdminHandler returns the admin handler: /metrics, /healthz, /readyz,
-// /status.
+// /status, and the live page (/ and /live/...).
 func (g *Gateway) AdminHandler() http.Handler { return g.admin }
 
 // Limiter returns the gateway's limiter.
@@ -421,9 +423,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	// The live page's history runs until the admin server is shut down,
+	// so that it records the drain too.
+	histCtx, stopHistory := context.WithCancel(context.WithoutCancel(ctx))
+	eg.Go(func() error {
+		g.history.Run(histCtx)
+		return nil
+	})
 	eg.Go(func() error {
 		<-egCtx.Done()
 		g.shutdown(trafficSrv, adminSrv, agentLn)
+		stopHistory()
 		return nil
 	})
 	return eg.Wait()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/proxy"
@@ -95,6 +96,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.requests, m.ttft, m.tpot, m.itl, m.e2e, m.queueWait, m.outputTokens, m.rejections, m.missed, m.notStreamed)
 	return m
+}
+
+// rejectedByReason reads kneecap_rejections_total: the requests refused
+// since the gateway started, by reason. It reads the counters the data
+// path already keeps, so /status and the live page's history cost a
+// refused request nothing more.
+func (m *metrics) rejectedByReason() map[string]int64 {
+	ch := make(chan prometheus.Metric)
+	go func() {
+		m.rejections.Collect(ch)
+		close(ch)
+	}()
+	out := make(map[string]int64)
+	for c := range ch {
+		var d dto.Metric
+		if c.Write(&d) != nil {
+			continue
+		}
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "reason" {
+				out[l.GetValue()] = int64(d.GetCounter().GetValue())
+			}
+		}
+	}
+	return out
 }
 
 // FirstChunk implements proxy.Observer; TTFTs are taken from the record.

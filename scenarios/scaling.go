@@ -68,7 +68,7 @@ type HPA struct {
 // defaults it leaves: target 0.9, tolerance 10 %, sync 15 s, scale up
 // over 60 s by at most 2 pods per 5 minutes, down over 15 minutes by one
 // per 5 minutes; the metric is avg_over_time over 2 minutes of scrapes
-// every 15 s (the prometheus-adapter rule of docs/operating.md).
+// every 15 s (the prometheus-adapter rule of docs/fleet.md).
 var DefaultHPA = HPA{
 	Target: 0.9, Tolerance: 0.1, Sync: 15 * time.Second,
 	UpWindow: time.Minute, DownWindow: 15 * time.Minute,

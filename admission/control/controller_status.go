@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/kneecap/kneecap/slo"
 )
 
 // Float is a float64 that encodes in JSON as a number when it is finite
@@ -112,6 +114,22 @@ type LevelStatus struct {
 	// targets at this level; Meets is Attainment >= the percentile.
 	Attainment Float `json:"predicted_attainment"`
 	Meets      bool  `json:"meets_targets"`
+	// Goodput is the goodput in req/s the controller weighs for this
+	// level when it chooses the cap: n / hold(n) x the predicted
+	// attainment over the classes' shares (0 below an attainment of 0.5:
+	// never an operating point), blended with the goodput measured while
+	// the cap held n once that held 20 s under demand.
+	Goodput Float `json:"predicted_goodput_requests_per_second"`
+	// Dwell is how long the cap held this level under demand (forgotten
+	// with the model's memory), MeasuredGoodput the good completions per
+	// second of that time: the measured points behind Goodput (0: none).
+	Dwell           Float `json:"dwell_seconds"`
+	MeasuredGoodput Float `json:"measured_goodput_requests_per_second"`
+	// MeasuredAttainment is the share of requests with the operator's
+	// targets that met them among those that ended while the cap held this
+	// level, MeasuredRequests their (forgotten) count; 0: none.
+	MeasuredAttainment Float `json:"measured_attainment"`
+	MeasuredRequests   Float `json:"measured_requests"`
 }
 
 // maxStatusLevels bounds the levels Status lists, so that the size of
@@ -140,8 +158,10 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 	}
 	ready := c.tab.ok
 	var a []float64
+	var classes []class
 	if ready {
 		a = c.attainment(c.op)
+		classes = c.statusShares(now)
 	}
 	var levels []int
 	levels, st.LevelsOmitted = c.statusLevels()
@@ -149,15 +169,37 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		gw, gm := c.gap.level(n)
 		tw, tm := c.ttft.level(n)
 		l := LevelStatus{Running: n, GapSamples: Float(gw), TTFTSamples: Float(tw), MeanGap: Float(gm), MeanEngineTTFT: Float(tm)}
+		if d := c.dwell.get(n); d.w > 0 {
+			l.Dwell, l.MeasuredGoodput = Float(d.w), Float(d.sum/d.w)
+		}
+		if m := c.measured[c.op].get(n); m.w > 0 {
+			l.MeasuredRequests, l.MeasuredAttainment = Float(m.w), Float(m.sum/m.w)
+		}
 		if ready {
 			p := c.predict(n)
 			l.PredictedTPOT, l.PredictedEngineTTFT = Float(p.TPOT), Float(p.TTFT)
 			l.Attainment = Float(attAt(a, n))
 			l.Meets = attAt(a, n) >= c.cfg.Percentile
+			l.Goodput = Float(c.goodput(classes, n))
 		}
 		st.Levels = append(st.Levels, l)
 	}
 	return st
+}
+
+// statusShares is classShares for Status: the same shares, without ageing
+// the stored weights. classShares ages them in place, as decisions do; a
+// reader of /status must leave exactly what the next decision reads.
+func (c *Controller) statusShares(now time.Time) []class {
+	saved := make(map[slo.Targets]decayed, len(c.classes))
+	for t, d := range c.classes {
+		saved[t] = *d
+	}
+	out := c.classShares(now)
+	for t, d := range c.classes {
+		*d = saved[t]
+	}
+	return out
 }
 
 // statusLevels returns the levels Status lists, in order, and how many

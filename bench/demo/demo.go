@@ -173,7 +173,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		g.Go(func() error { return gw.run(runCtx) })
 		gwURL := "http://" + gwLn.Addr().String()
-		fmt.Fprintf(cfg.Stdout, "kneecap gateway at %s in front of it: %s.\n\n", gwURL, gw.describe)
+		fmt.Fprintf(cfg.Stdout, "kneecap gateway at %s in front of it: %s.\n", gwURL, gw.describe)
+		fmt.Fprintf(cfg.Stdout, "Its live page, served while the demo runs: %s (in wall time: latencies %gx shorter, rates %gx higher than the engine's).\n\n",
+			gw.page, cfg.TimeScale, cfg.TimeScale)
 		through, err := cfg.bench(runCtx, "through kneecap", gwURL)
 		if err != nil {
 			return err

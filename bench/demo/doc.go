@@ -11,7 +11,9 @@
 //     TimeScale times faster, so durations are multiplied back and rates
 //     divided ([bench.Report.Scaled]).
 //   - gateway.go: how the gateway is built for the demo, and the one place
-//     where its admission controller is chosen.
+//     where its admission controller is chosen. Its admin listener is on
+//     127.0.0.1 too; Run prints the URL of its live page when the gateway
+//     starts, and the page is served until the run through it ends.
 //
 // # Concurrency model
 //

@@ -17,6 +17,8 @@ import (
 type gateway struct {
 	run      func(ctx context.Context) error
 	describe string
+	// page is the URL of the gateway's live page, on its admin listener.
+	page string
 }
 
 // controller is how the demo's gateway decides how many requests run on
@@ -77,5 +79,5 @@ func newGateway(upstream string, traffic net.Listener, targets bench.Targets, ct
 		admin.Close()
 		return nil, err
 	}
-	return &gateway{run: g.Run, describe: ctl.Why}, nil
+	return &gateway{run: g.Run, describe: ctl.Why, page: "http://" + admin.Addr().String() + "/"}, nil
 }
