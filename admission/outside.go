@@ -238,8 +238,17 @@ func (l *Limiter) Outside() OutsideStats {
 
 // tallyLocked counts the idle slot time up to now; every change of the
 // running, queued or refused requests calls it first.
+//
+// A slot counts as free when the count cap and the engine have room for a
+// request of mean length (budget.roomFor): a slot the token budget holds
+// because the engine is full is not idle, and neither is one the prefill
+// limit holds for the prefill under way.
 func (l *Limiter) tallyLocked(now time.Time) {
-	l.o.tally(now, l.b.limit-l.runningLocked(), l.s.queue.n)
+	free := l.b.limit - l.runningLocked()
+	if free > 0 && !l.b.roomFor(now, candidate{}, l.runningLocked(), l.ResidentKV()) {
+		free = 0
+	}
+	l.o.tally(now, free, l.s.queue.n)
 }
 
 // ahead is the refused requests expected back that go before a request of

@@ -100,10 +100,12 @@ func (h *releaseHeap) Pop() any {
 const maxPlace = 4096
 
 // releaseLocked is the predicted time from now until the place-th slot
-// frees for a request waiting now (place 1: the next), and whether it can
-// be predicted (something was measured). Free slots free at once; slots
-// held beyond the cap (it was lowered) free for nobody.
-func (l *Limiter) releaseLocked(now time.Time, place int) (time.Duration, bool) {
+// frees for a request c waiting now (place 1: the next), and whether it
+// can be predicted (something was measured). Free slots free at once, but
+// for the engine's room: when the token budget holds c (see
+// budget.roomFor), the slots are as many as run; slots held beyond the
+// cap (it was lowered) free for nobody.
+func (l *Limiter) releaseLocked(now time.Time, place int, c candidate) (time.Duration, bool) {
 	running, resident := l.runningLocked(), l.ResidentKV()
 	hold := l.holdLocked(running, resident)
 	if hold <= 0 {
@@ -130,6 +132,11 @@ func (l *Limiter) releaseLocked(now time.Time, place int) (time.Duration, bool) 
 	}
 	slices.Sort(left)
 	limit := l.b.limit
+	if limit > running && !l.b.roomFor(now, c, running, resident) {
+		// The engine is full by the token budget, not by the cap: the
+		// slots under the cap free only as requests end.
+		limit = max(running, 1)
+	}
 	if over := len(left) - limit; over > 0 {
 		left = left[over:] // these releases bring the count down to the cap
 	}
@@ -159,6 +166,6 @@ func (l *Limiter) placeLocked(now time.Time, st *State, class int, c candidate) 
 		st.Position = max(1, min(st.Position, l.s.queue.returnsBefore(class, c.since)+1))
 	}
 	st.Away = l.o.ahead(class, c.since)
-	st.Release, _ = l.releaseLocked(now, st.Position+st.Away)
+	st.Release, _ = l.releaseLocked(now, st.Position+st.Away, c)
 	st.Lateness = l.o.lateness
 }
