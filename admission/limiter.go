@@ -140,6 +140,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 	start := time.Now()
 	l.mu.Lock()
 	l.tallyLocked(start)
+	l.o.note(req)
 	req.refusals, req.since = l.o.arrived(start, req.Fingerprint)
 	t, cause, st, queue := l.arriveLocked(start, start, req)
 	hooks := l.hooks

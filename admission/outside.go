@@ -88,6 +88,10 @@ type outside struct {
 	// lateness is the mean of how long after its Retry-After a request
 	// came back (negative: early), weighted 1/8 for the newest.
 	lateness time.Duration
+	// meanPrompt and meanTTFT are the prompt tokens and TTFT target of
+	// the requests that come, moving means (see note).
+	meanPrompt float64
+	meanTTFT   time.Duration
 	// back is the share of the refused requests expected back that came
 	// back (each one that did counts 1, each one forgotten 0), the newest
 	// weighted 1/16; 1 before any is known: clients retry until they are
@@ -239,16 +243,39 @@ func (l *Limiter) Outside() OutsideStats {
 // tallyLocked counts the idle slot time up to now; every change of the
 // running, queued or refused requests calls it first.
 //
-// A slot counts as free when the count cap and the engine have room for a
-// request of mean length (budget.roomFor): a slot the token budget holds
-// because the engine is full is not idle, and neither is one the prefill
-// limit holds for the prefill under way.
+// A slot counts as free when a request like those that come (a mean
+// prompt, a mean TTFT target) would be granted it now: the count cap and
+// the budget (pacing, the prefills under way, the decode step) have room
+// for it. A slot the token budget holds because the engine is busy is not
+// idle; one that a waiter too long for the engine's room now leaves free
+// while a request of mean length would fit is (the head of the line holds
+// up those behind it).
 func (l *Limiter) tallyLocked(now time.Time) {
 	free := l.b.limit - l.runningLocked()
-	if free > 0 && !l.b.roomFor(now, candidate{}, l.runningLocked(), l.ResidentKV()) {
-		free = 0
+	if free > 0 {
+		typical := candidate{prompt: int(l.o.meanPrompt + 0.5)}
+		if l.o.meanTTFT > 0 {
+			typical.deadline = now.Add(l.o.meanTTFT)
+		}
+		if ok, _ := l.b.fits(now, typical, l.runningLocked(), l.ResidentKV(), 0, true); !ok {
+			free = 0
+		}
 	}
 	l.o.tally(now, free, l.s.queue.n)
+}
+
+// note counts what a request that comes asks: its prompt and TTFT target
+// make the mean request a free slot is judged by (see tallyLocked).
+func (o *outside) note(req Request) {
+	const w = 1.0 / 32
+	o.meanPrompt += w * (float64(max(req.PromptTokens, 0)) - o.meanPrompt)
+	if t := req.Targets.TTFT; t > 0 {
+		if o.meanTTFT == 0 {
+			o.meanTTFT = t
+		} else {
+			o.meanTTFT += time.Duration(w * float64(t-o.meanTTFT))
+		}
+	}
 }
 
 // ahead is the refused requests expected back that go before a request of

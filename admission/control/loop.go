@@ -312,7 +312,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
-		PromptTokens: req.PromptTokens, Release: s.Release, Away: s.Away, Lateness: s.Lateness}
+		PromptTokens: req.PromptTokens, Release: s.Release, Away: s.Away, Lateness: s.Lateness, LastTry: s.LastTry}
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}

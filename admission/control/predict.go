@@ -46,6 +46,10 @@ type Query struct {
 	Release  time.Duration
 	Away     int
 	Lateness time.Duration
+	// LastTry is true for a request whose client will not retry a
+	// refusal (admission.State.LastTry): refused, it fails in its
+	// application.
+	LastTry bool
 }
 
 // slotInterval is the predicted mean time between two slot releases at the
@@ -207,6 +211,12 @@ type Verdict struct {
 // since the limiter would time it out anyway; otherwise it may wait up to
 // the bound and miss its target.
 func (c *Controller) Admit(now time.Time, q Query) Verdict {
+	if q.LastTry {
+		// A refusal is a last resort: this one fails its client's
+		// request. It queues (first among those that come back) for as
+		// long as its queue bound lets it.
+		return Verdict{OK: true, Cap: c.cap}
+	}
 	if q.Paced {
 		return c.admitPaced(now, q)
 	}
