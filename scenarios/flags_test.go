@@ -22,7 +22,7 @@ import (
 // Without them TestScenarios runs the issue's sweep as CI does.
 var (
 	flagScenarios = flag.String("scenarios", os.Getenv("KNEECAP_SCENARIOS"), "comma-separated scenario IDs to run (default all; also KNEECAP_SCENARIOS)")
-	flagCaps      = flag.String("caps", "1-64", "static caps swept for the oracle: a range A-B or a comma-separated list")
+	flagCaps      = flag.String("caps", "1-24,32,40,48,56,64", "static caps swept for the oracle: ranges A-B and caps, comma-separated (1-64 for every one)")
 	flagNoPeers   = flag.Bool("no-peers", false, "skip the peer algorithms (Envoy gradient and pinned gradient, Netflix Gradient2, AIMD and AIMD on missed targets)")
 	flagSeed      = flag.Uint64("seed", 1, "seed of every run")
 	flagWarmup    = flag.Duration("warmup", DefaultTiming.Warmup, "simulated warm-up of every run, not measured")
@@ -59,7 +59,7 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	if opt.Timing.Window <= 0 || opt.Timing.Warmup < 0 {
 		return opt, false, fmt.Errorf("-window must be positive and -warmup not negative")
 	}
-	issueSweep = slices.Equal(opt.Caps, AllCaps()) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming && *flagClients == "sdk"
+	issueSweep = (slices.Equal(opt.Caps, SweptCaps()) || slices.Equal(opt.Caps, AllCaps())) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming && *flagClients == "sdk"
 	return opt, issueSweep, nil
 }
 
@@ -88,23 +88,32 @@ func parseInts(s string) ([]int, error) {
 }
 
 func parseCaps(s string) ([]int, error) {
-	if a, b, ok := strings.Cut(s, "-"); ok {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		a, b, ok := strings.Cut(part, "-")
+		if !ok {
+			a, b = part, part
+		}
 		lo, err1 := strconv.Atoi(a)
 		hi, err2 := strconv.Atoi(b)
 		if err1 != nil || err2 != nil || lo < 1 || hi < lo {
-			return nil, fmt.Errorf("%q is not a range A-B with 1 <= A <= B", s)
+			return nil, fmt.Errorf("%q is not a cap or a range A-B with 1 <= A <= B", part)
 		}
-		var out []int
 		for c := lo; c <= hi; c++ {
-			out = append(out, c)
+			if !slices.Contains(out, c) {
+				out = append(out, c)
+			}
 		}
-		return out, nil
 	}
-	out, err := parseInts(s)
-	if err == nil && len(out) == 0 {
-		err = fmt.Errorf("no caps")
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no caps")
 	}
-	return out, err
+	slices.Sort(out)
+	return out, nil
 }
 
 // interruptible returns a context that the first Ctrl-C (or SIGTERM)
@@ -136,12 +145,12 @@ func interruptible(t *testing.T) context.Context {
 }
 
 func TestParseCaps(t *testing.T) {
-	for in, want := range map[string][]int{"1-3": {1, 2, 3}, "4": {4}, "2,8, 16": {2, 8, 16}} {
+	for in, want := range map[string][]int{"1-3": {1, 2, 3}, "4": {4}, "2,8, 16": {2, 8, 16}, "1-3,8,2": {1, 2, 3, 8}} {
 		if got, err := parseCaps(in); err != nil || !slices.Equal(got, want) {
 			t.Errorf("parseCaps(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, in := range []string{"", "0-4", "5-2", "a-b", "1,x", ","} {
+	for _, in := range []string{"", "0-4", "5-2", "a-b", "1,x", ",", "1-x"} {
 		if got, err := parseCaps(in); err == nil {
 			t.Errorf("parseCaps(%q) = %v, want an error", in, got)
 		}
@@ -150,7 +159,7 @@ func TestParseCaps(t *testing.T) {
 
 // Without flags TestScenarios runs the issue's sweep, the one CI checks.
 func TestDefaultFlagsAreTheIssueSweep(t *testing.T) {
-	if *flagScenarios != "" || *flagCaps != "1-64" || *flagNoPeers || *flagSeed != 1 || *flagWarmup != DefaultTiming.Warmup || *flagWindow != DefaultTiming.Window {
+	if *flagScenarios != "" || *flagCaps != "1-24,32,40,48,56,64" || *flagNoPeers || *flagSeed != 1 || *flagWarmup != DefaultTiming.Warmup || *flagWindow != DefaultTiming.Window {
 		t.Skip("flags given")
 	}
 	opt, issue, err := flagOptions()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -58,7 +59,13 @@ type Row struct {
 	AloneUsers          int     `json:"alone_users,omitempty"`
 	AloneGoodput        float64 `json:"alone_goodput,omitempty"`
 	AdaptiveOverAlone   float64 `json:"adaptive_over_alone,omitempty"`
-	AdaptiveMedianTTFTm float64 `json:"adaptive_median_ttft_ms"`
+	// AdaptiveTodaysGoodput is the adaptive gateway's goodput with today's
+	// clients (every Retry-After up to 30 s honoured, forever), beside the
+	// SDKs' of the rest of the row, and its ratio to the oracle of the
+	// sweep of 2026-12-04 before clients were the SDKs' (todaysBaseline).
+	AdaptiveTodaysGoodput float64 `json:"adaptive_todays_goodput,omitempty"`
+	AdaptiveTodaysRatio   float64 `json:"adaptive_todays_ratio,omitempty"`
+	AdaptiveMedianTTFTm   float64 `json:"adaptive_median_ttft_ms"`
 	EngineMedianTTFTms  float64 `json:"engine_median_ttft_ms"`
 	Checks              []Check `json:"checks"`
 }
@@ -113,6 +120,7 @@ func (s *Suite) row(sc Scenario) Row {
 	row.AdaptiveIdleSlots, row.OracleIdleSlots = ad.Outside.IdleSlots, or.Outside.IdleSlots
 	row.AdaptiveOutside = ad.Outside
 	row.AloneUsers, row.AloneGoodput = s.bestAlone(id)
+	todays, hasTodays := s.find(id, "adaptive-next")
 	if row.AloneGoodput > 0 {
 		row.AdaptiveOverAlone = ad.Goodput / row.AloneGoodput
 	}
@@ -186,6 +194,29 @@ func (s *Suite) row(sc Scenario) Row {
 	if id == 1 {
 		add(ad.Goodput >= row.Pow2Goodput, "adaptive >= best power-of-two cap %d (%.4f vs %.4f)", row.Pow2Cap, ad.Goodput, row.Pow2Goodput)
 	}
+	// Clients as they are: a refusal is an error in an application unless
+	// its client retries, and the OpenAI SDKs retry twice.
+	if sc.Users > 0 && ad.Clients == "sdk" {
+		add(ratio(ad.Goodput, row.OracleGoodput) >= 1.0, "SDK clients: adaptive >= the best static cap (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
+		add(ad.Failed <= or.Failed, "SDK clients: no more failed requests than the best static cap (%d vs %d)", ad.Failed, or.Failed)
+	}
+	if row.AloneUsers > 0 && (id == 1 || id == 2 || id == 13) {
+		add(ratio(ad.Goodput, row.AloneGoodput) >= 0.95, "adaptive >= 0.95 x the engine alone with its best number of users, %d (%.3f)", row.AloneUsers, ratio(ad.Goodput, row.AloneGoodput))
+	}
+	if base, ok := todaysIdle[id]; ok && ad.Clients == "sdk" {
+		add(ad.Outside.IdleSlots <= base/2, "idle slots while demand waited at most half of the gateway's before (%.2f vs %.2f)", ad.Outside.IdleSlots, base)
+	}
+	if b, ok := todaysBaseline[id]; ok && hasTodays {
+		row.AdaptiveTodaysGoodput, row.AdaptiveTodaysRatio = todays.Goodput, todays.Goodput/b.oracle
+		add(row.AdaptiveTodaysRatio >= b.ratio-0.01, "today's clients: adaptive / oracle no more than 0.01 below the gateway's before (%.3f vs %.3f)", row.AdaptiveTodaysRatio, b.ratio)
+	}
+	if id == 19 {
+		ahead := true
+		for _, g := range row.Peers {
+			ahead = ahead && ad.Goodput >= g
+		}
+		add(ahead, "ahead of every peer")
+	}
 	if id == 6 {
 		add(ad.Rejected == 0, "no request rejected (%d)", ad.Rejected)
 		d := ad.MedianTTFT - eng.MedianTTFT
@@ -223,18 +254,22 @@ func classGoodput(r RunResult) map[string]float64 {
 func WriteTable(w io.Writer, s *Suite) error {
 	rows := s.Rows()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "scenario\tclients\tengine alone\tbest K users\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tadaptive/best K\tfailed a/o\tidle slots a/o\tfinal cap\tconverge s\t"+strings.Join(AllPeers(), "\t")+"\t")
+	fmt.Fprintln(tw, "scenario\tclients\tengine alone\tbest K users\toracle cap\toracle\tpow2 cap\tpow2\tadaptive\tadaptive/oracle\tadaptive/best K\ttoday's clients a/o\tfailed a/o\tidle slots a/o\tfinal cap\tconverge s\t"+strings.Join(AllPeers(), "\t")+"\t")
 	for _, r := range rows {
 		alone, overAlone := "-", "-"
 		if r.AloneUsers > 0 {
 			alone, overAlone = fmt.Sprintf("%.3f (%d)", r.AloneGoodput, r.AloneUsers), fmt.Sprintf("%.3f", r.AdaptiveOverAlone)
 		}
+		todays := "-"
+		if r.AdaptiveTodaysRatio > 0 {
+			todays = fmt.Sprintf("%.3f", r.AdaptiveTodaysRatio)
+		}
 		clients := r.Clients
 		if clients == "" {
 			clients = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%s\t%d/%d\t%.2f/%.2f\t%d\t%.0f\t", r.Scenario, clients, r.EngineAloneGoodput, alone,
-			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle, overAlone,
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%d\t%.3f\t%d\t%.3f\t%.3f\t%.3f\t%s\t%s\t%d/%d\t%.2f/%.2f\t%d\t%.0f\t", r.Scenario, clients, r.EngineAloneGoodput, alone,
+			r.OracleCap, r.OracleGoodput, r.Pow2Cap, r.Pow2Goodput, r.AdaptiveGoodput, r.AdaptiveOverOracle, overAlone, todays,
 			r.AdaptiveFailed, r.OracleFailed, r.AdaptiveIdleSlots, r.OracleIdleSlots,
 			r.AdaptiveFinalCap, r.ConvergeSeconds)
 		for _, p := range AllPeers() {
@@ -289,8 +324,11 @@ func WriteJSON(w io.Writer, s *Suite) error {
 }
 
 func capsString(caps []int) string {
-	if len(caps) == 64 && caps[0] == 1 && caps[63] == 64 {
+	if slices.Equal(caps, AllCaps()) {
 		return "1..64"
+	}
+	if slices.Equal(caps, SweptCaps()) {
+		return "1..24, 32, 40, 48, 56, 64"
 	}
 	parts := make([]string, len(caps))
 	for i, c := range caps {
@@ -298,3 +336,21 @@ func capsString(caps []int) string {
 	}
 	return strings.Join(parts, ",")
 }
+
+// todaysBaseline is the sweep of 2026-12-04 with today's clients (every
+// Retry-After up to 30 s honoured, forever), before the gateway knew its
+// refused requests again: per scenario the oracle's goodput and adaptive's
+// share of it. The adaptive gateway with those clients may not fall more
+// than 0.01 below that share.
+var todaysBaseline = map[int]struct{ oracle, ratio float64 }{
+	1: {0.5375, 0.9922}, 2: {1.3792, 0.9728}, 4: {0.7903, 1.0035}, 5: {0.8667, 0.9984},
+	8: {0.5278, 1.0132}, 9: {1.2847, 1.1568}, 11: {0.4569, 1.0122}, 12: {0.8306, 1.2341},
+	13: {0.5375, 0.9922}, 16: {1.1458, 2.6424}, 17: {4.28, 1.4572}, 18: {1.0444, 1.0013},
+	19: {2.1083, 0.9816}, 20: {2.0972, 0.9934},
+}
+
+// todaysIdle is the adaptive gateway's idle slots while demand waited
+// (Outside.IdleSlots) with SDK clients, measured on the gateway before it
+// knew its refused requests again (the metric alone added to it), on
+// 2026-12-04: at most half of it is left.
+var todaysIdle = map[int]float64{}

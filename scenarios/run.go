@@ -27,6 +27,10 @@ type Mode struct {
 	Kind string
 	Cap  int
 	Peer string
+	// Clients, when set, is what the closed-loop users of this run do
+	// with a refused request in place of the suite's (bench.ParseClients):
+	// the adaptive gateway with today's clients beside the SDKs'.
+	Clients string
 }
 
 func (m Mode) String() string {
@@ -38,6 +42,10 @@ func (m Mode) String() string {
 	case "engine":
 		if m.Cap > 0 {
 			return fmt.Sprintf("engine-%d", m.Cap)
+		}
+	case "adaptive":
+		if m.Clients != "" {
+			return "adaptive-" + m.Clients
 		}
 	}
 	return m.Kind
@@ -215,9 +223,11 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 
 // result computes a run's numbers from the bench records.
 func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult {
+	// Mode is the kind but for a peer (its name) and the adaptive gateway
+	// with other clients (adaptive-next).
 	res := RunResult{Mode: r.Mode.Kind, Cap: r.Mode.Cap, Clients: r.Clients.String(), Converge: -1, Reconverge: -1}
-	if r.Mode.Kind == "peer" {
-		res.Mode = r.Mode.Peer
+	if r.Mode.Kind == "peer" || r.Mode.Kind == "adaptive" {
+		res.Mode = r.Mode.String()
 	}
 	from, to := lv.WindowStart, lv.WindowEnd
 	mid := start.Add(r.Timing.ChangeAt())
