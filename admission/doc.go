@@ -87,8 +87,20 @@
 //     whose own prefill would now end past its deadline is refused
 //     (queue_timeout) rather than served late.
 //   - refuse.go: how a request is refused: the Retry-After (the Refuser
-//     hook, else [EstimateRetryAfter]), the order in which waiters refused
-//     together are told theirs, and the reservation for its return.
+//     hook, else [EstimateRetryAfter], at most Config.MaxRetryAfter), the
+//     order in which waiters refused together are told theirs, and the
+//     reservation for its return.
+//   - outside.go: the demand outside: each refused request expected back
+//     (known again by Request.Fingerprint) until it comes back or its
+//     Retry-After and a grace have passed, in the order of first refusals
+//     (a request come back queues before first-comers, fairQueue.push);
+//     how late they come back and how many do; and the slot time left
+//     idle while demand waited ([Limiter.Outside]).
+//   - schedule.go: when slots are predicted to free (each running request
+//     timed by its output left at its own pace; each slot then holds a
+//     mean hold), and a refused or queued request's place in line
+//     (State.Release: the Retry-After that brings it back when a slot
+//     frees for it).
 //   - state.go: snapshots: [Limiter.State], [Limiter.Held] (why waiters
 //     were held), [Limiter.Classes] and [Limiter.Tenants] (the top N by
 //     tokens served, the rest as "other"), for hooks, metrics and /status.

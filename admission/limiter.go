@@ -107,7 +107,6 @@ func NewLimiter(cfg Config) *Limiter {
 		hooks:    cfg.Hooks,
 		s:        newPolicy(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
-	l.s.outside = &l.o
 	return l
 }
 

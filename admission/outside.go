@@ -295,25 +295,3 @@ func (o *outside) ahead(class int, since time.Time) int {
 	}
 	return n
 }
-
-// holdBack is how long after its Retry-After a refused request's slot is
-// held for it against a first-comer: a client that reads Retry-After in
-// whole seconds comes back up to a second after the wait it was told.
-const holdBack = 0
-
-// dueBack counts the refused requests of class and above whose Retry-After
-// has ended within holdBack: a slot that frees then is theirs, not a
-// first-comer's (Limiter.heldLocked). None while fewer than half the
-// refused requests come back.
-func (o *outside) dueBack(now time.Time, class int) int {
-	if o.back < 0.5 {
-		return 0
-	}
-	n := 0
-	for _, a := range o.due {
-		if a.class <= class && !now.Before(a.due) && now.Before(a.due.Add(holdBack)) {
-			n++
-		}
-	}
-	return n
-}

@@ -11,10 +11,6 @@ import "time"
 // turn. Guarded by the limiter's lock.
 type policy struct {
 	queue *fairQueue
-	// outside are the refused requests expected back: a slot that frees
-	// just after one's Retry-After ended is held for it against
-	// first-comers (see outside.dueBack).
-	outside *outside
 	// Slots held back from lower classes for refused requests of higher
 	// ones until they return, and the timer that wakes the queue when the
 	// first of them ends.
@@ -33,25 +29,15 @@ func newPolicy(classes []ClassConfig, maxQueue int, f Fairness) policy {
 // the next of its class in turn, or it comes back after a refusal and no
 // request come back waits at its class or above (those that come for the
 // first time wait behind it); and if so the slots held back from it
-// (held: see heldFor, and for a first-comer the slots of refused requests
-// due back).
+// (held: see heldFor).
 func (s *policy) arrival(now time.Time, f *flow, back int) (jump bool, held int) {
 	switch {
 	case s.queue.waitingAtOrAbove(f.key.class) == 0, s.ownReservation(now, f) && s.queue.first(f):
-		return true, s.heldFor(now, f) + s.dueBack(now, f, back)
+		return true, s.heldFor(now, f)
 	case back > 0 && s.queue.returnsAtOrAbove(f.key.class) == 0:
 		return true, s.heldFor(now, f)
 	}
 	return false, 0
-}
-
-// dueBack is the slots held for refused requests due back from a request
-// of flow f refused back times before: none for one come back itself.
-func (s *policy) dueBack(now time.Time, f *flow, back int) int {
-	if back > 0 || s.outside == nil {
-		return 0
-	}
-	return s.outside.dueBack(now, f.key.class)
 }
 
 // next names the waiter the next slot goes to, and the slots held back
@@ -63,7 +49,7 @@ func (s *policy) next(now time.Time) (w *waiter, held int) {
 		return a, 0 // before the higher classes and what is held for them
 	}
 	w = s.queue.next()
-	return w, s.heldFor(now, w.flow) + s.dueBack(now, w.flow, w.cand.back)
+	return w, s.heldFor(now, w.flow)
 }
 
 // enqueue queues w, displacing the waiter the queue's room rule names
