@@ -191,6 +191,34 @@ func (b *budget) livePrefills(now time.Time) int {
 	return len(b.prefilling)
 }
 
+// room is how many requests like c would be granted now, one after
+// another, beside running slots held (resident KV tokens theirs): none
+// unless c fits now (fits); then as many as the count cap leaves, the
+// prefill limit lets start, the decode step holds with each one's KV
+// tokens (stepFits), and, with the prefill costs known, whose prefills
+// one after another end before c's deadline.
+func (b *budget) room(now time.Time, c candidate, running, resident int) int {
+	if ok, _ := b.fits(now, c, running, resident, 0, true); !ok {
+		return 0
+	}
+	n := b.limit - running
+	if b.maxPrefill > 0 {
+		n = min(n, b.maxPrefill-b.livePrefills(now))
+	}
+	if b.costs.knowsPrefill() && !c.deadline.IsZero() {
+		if one := b.costs.prefillOf(c.prompt, b.costs.Step(running, resident)); one > 0 {
+			n = min(n, max(1, int(c.deadline.Sub(now)/one)))
+		}
+	}
+	each := c.prompt + b.expectedOutput(c)/2
+	for k := 1; k < n; k++ {
+		if !b.stepFits(c, running+k, resident+k*each) {
+			return k
+		}
+	}
+	return max(n, 0)
+}
+
 // roomFor reports whether c would find room in the engine now beside
 // running slots held (resident KV tokens theirs), by the count cap aside:
 // the prefill limit lets one more prefill start and the decode step with

@@ -234,3 +234,29 @@ func TestMaxPrefillTokens(t *testing.T) {
 		}
 	})
 }
+
+// The room a request of a given length finds: as many as the cap leaves,
+// at most as many prefills as end by its deadline one after another, at
+// most as many as the decode step holds, and none while it would not fit.
+func TestRoom(t *testing.T) {
+	now := time.Now()
+	b := newBudget(10)
+	typical := candidate{prompt: 200, deadline: now.Add(time.Second)}
+	if n := b.room(now, typical, 4, 0); n != 6 {
+		t.Fatalf("no costs: room %d, want the 6 slots the cap leaves", n)
+	}
+	b.costs = Costs{PrefillPerToken: 1e-3} // 200 ms a prefill: 5 by the deadline
+	if n := b.room(now, typical, 4, 0); n != 5 {
+		t.Fatalf("room %d, want 5 prefills of 200 ms within 1 s", n)
+	}
+	// A step of 10 ms + 1 ms per running request, at most 16 ms: 6
+	// running fit, a seventh does not.
+	b.costs = Costs{StepBase: 10 * time.Millisecond, StepPerRunning: time.Millisecond, StepLimit: 16 * time.Millisecond}
+	if n := b.room(now, typical, 4, 0); n != 2 {
+		t.Fatalf("room %d, want the two the step holds", n)
+	}
+	b.costs.StepLimit = 14 * time.Millisecond
+	if n := b.room(now, typical, 4, 0); n != 0 {
+		t.Fatalf("room %d, want none: the step is full", n)
+	}
+}

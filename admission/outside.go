@@ -243,23 +243,22 @@ func (l *Limiter) Outside() OutsideStats {
 // tallyLocked counts the idle slot time up to now; every change of the
 // running, queued or refused requests calls it first.
 //
-// A slot counts as free when a request like those that come (a mean
-// prompt, a mean TTFT target) would be granted it now: the count cap and
-// the budget (pacing, the prefills under way, the decode step) have room
-// for it. A slot the token budget holds because the engine is busy is not
-// idle; one that a waiter too long for the engine's room now leaves free
-// while a request of mean length would fit is (the head of the line holds
-// up those behind it).
+// The slots counted free are those requests like the ones that come (a
+// mean prompt, a mean TTFT target) would be granted now, one after
+// another (budget.room): the count cap and the budget (pacing, the
+// prefills under way, the decode step) have room for them. A slot the
+// token budget holds because the engine is busy is not idle; one that a
+// waiter too long for the engine's room now leaves free while a request
+// of mean length would fit is (the head of the line holds up those behind
+// it).
 func (l *Limiter) tallyLocked(now time.Time) {
-	free := l.b.limit - l.runningLocked()
-	if free > 0 {
+	free := 0
+	if running := l.runningLocked(); running < l.b.limit {
 		typical := candidate{prompt: int(l.o.meanPrompt + 0.5)}
 		if l.o.meanTTFT > 0 {
 			typical.deadline = now.Add(l.o.meanTTFT)
 		}
-		if ok, _ := l.b.fits(now, typical, l.runningLocked(), l.ResidentKV(), 0, true); !ok {
-			free = 0
-		}
+		free = l.b.room(now, typical, running, l.ResidentKV())
 	}
 	l.o.tally(now, free, l.s.queue.n)
 }
