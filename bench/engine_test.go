@@ -19,13 +19,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // output chunk, then the rest at Gaps (one token per chunk unless PerChunk),
 // then a usage-only chunk and [DONE], in vLLM's shape.
 type script struct {
-	TTFT     time.Duration
-	Tokens   int           // output tokens reported in usage
-	Decode   time.Duration // from first to last output chunk, evenly spread
-	Chunks   int           // output chunks; zero means Tokens
-	NoUsage  bool
-	Serial   bool // one request at a time, as an engine with one slot
-	Reject   func(n int, r *http.Request) (retryAfter string, reject bool)
+	TTFT    time.Duration
+	Tokens  int           // output tokens reported in usage
+	Decode  time.Duration // from first to last output chunk, evenly spread
+	Chunks  int           // output chunks; zero means Tokens
+	NoUsage bool
+	Serial  bool // one request at a time, as an engine with one slot
+	Reject  func(n int, r *http.Request) (retryAfter string, reject bool)
 	// RejectMs, when set, gives a refusal's retry-after-ms header.
 	RejectMs func(n int) string
 	OnHeader func(r *http.Request)
