@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -59,7 +61,7 @@ func TestLoad(t *testing.T) {
 	}
 	var b strings.Builder
 	_ = Table(&b, res)
-	t.Logf("in %v, load average %s:\n%s", time.Since(start).Round(time.Second), LoadAverage(), b.String())
+	t.Logf("in %v, load average %s:\n%s", time.Since(start).Round(time.Second), bench.LoadAverage(), b.String())
 }
 
 // TestLoadFull is the full run: every stack, mode and client policy, each
@@ -71,7 +73,7 @@ func TestLoadFull(t *testing.T) {
 		t.Skip("the full load test runs with KNEECAP_LOADTEST=full (scripts/load-test)")
 	}
 	cases := Cases(Stacks, Modes, []Clients{RetryAfter5s, SDK}, Case{Warmup: *flagWarmup, Window: *flagWindow, Seed: *flagSeed})
-	start, before := time.Now(), LoadAverage()
+	start, before := time.Now(), bench.LoadAverage()
 	t.Logf("%d runs, %d at once, %v + %v each; load average %s", len(cases), *flagAtOnce, *flagWarmup, *flagWindow, before)
 	res, err := RunAll(t.Context(), cases, *flagAtOnce, func(c Case, r Result) {
 		t.Logf("%s: %.3f good req/s, %.3f served, %d refusals, cap %d, idle slots %.2f (%s)", c, r.Goodput, r.Served, r.Refusals, r.FinalCap, r.IdleSlots, r.Wall)
@@ -93,7 +95,7 @@ func TestLoadFull(t *testing.T) {
 		b.WriteString(*flagLabel + "\n\n")
 	}
 	fmt.Fprintf(&b, "%s, %d runs of %v warm-up + %v window, %d at once, in %v; load average %s before, %s after\n\n",
-		start.Format("2006-01-02"), len(cases), *flagWarmup, *flagWindow, *flagAtOnce, time.Since(start).Round(time.Second), before, LoadAverage())
+		start.Format("2006-01-02"), len(cases), *flagWarmup, *flagWindow, *flagAtOnce, time.Since(start).Round(time.Second), before, bench.LoadAverage())
 	_ = Table(&b, res)
 	t.Log("\n" + b.String())
 	if *flagTable != "" {

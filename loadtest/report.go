@@ -94,17 +94,3 @@ func WriteJSON(path string, res []Result) error {
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
-
-// LoadAverage is the machine's load average over 1, 5 and 15 minutes, as
-// /proc/loadavg gives it ("" where there is none).
-func LoadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}
