@@ -3,11 +3,11 @@ package fleet
 import (
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kneecap/kneecap/bench"
 	"github.com/kneecap/kneecap/sim"
 )
 
@@ -104,7 +104,7 @@ func (fc fleetCase) measure(t *testing.T, round int) {
 	for i, r := range alone {
 		loads = append(loads, load{Name: r.name, URL: "http://" + r.traffic, Users: 32, Seed: seed + uint64(i) + 2, Warmup: *flagWarmup, Window: *flagWindow})
 	}
-	load1 := loadAverage()
+	load1 := bench.LoadAverage()
 	res, err := runAll(t.Context(), loads...)
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func (fc fleetCase) measure(t *testing.T, round int) {
 		caps = append(caps, fmt.Sprintf("%s %d", r.name, r.state().Limit))
 	}
 	t.Logf("%s round %d (load average %s before, %s after):\n  %s\n  fleet / sum alone = %.3f; caps at the end: %s",
-		fc.name, round+1, load1, loadAverage(), strings.Join(lines(res), "\n  "), ratio, strings.Join(caps, ", "))
+		fc.name, round+1, load1, bench.LoadAverage(), strings.Join(lines(res), "\n  "), ratio, strings.Join(caps, ", "))
 	for _, r := range res {
 		if r.lost() > 0 {
 			t.Errorf("%s: %d requests lost (failed %v, refusals not a 429 with Retry-After %v)", r.Name, r.lost(), r.FailedSamples, r.BadRejected)
@@ -142,17 +142,4 @@ func lines(res []result) []string {
 		out = append(out, r.String())
 	}
 	return out
-}
-
-// loadAverage is the machine's 1-minute load average, for the log.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "?"
-	}
-	return f[0]
 }

@@ -14,6 +14,13 @@
 //     inspects it. [Launch], [Engine.Close], [Engine.RestartErr] and
 //     [Engine.StatsErr] do the same outside a test (tools/soak), on the same
 //     code.
+//   - load.go: [Load], the load model of an engine started [WithLoad]
+//     (off by default): slots beyond which requests wait in the engine, a
+//     time per output token that grows with the requests running and the
+//     KV tokens resident (kept after a request ends, as llama.cpp's
+//     unified cache, with KeepKV), and prefills that stall the others.
+//     Both engines implement it (class Load, struct Load) from the same
+//     command-line flags.
 //   - build.go: what Start runs: the uvicorn engine's script written out,
 //     the httplib engine compiled with g++, each once per source and cached
 //     on disk across processes. The sources are embedded; they sit in
@@ -22,7 +29,8 @@
 //
 // Both engines serve POST /v1/chat/completions and /v1/completions, GET
 // /health, /v1/models and /test/stats, and take one request's behaviour from
-// its headers: [HeaderFirstDelay], [HeaderGap], [HeaderTokens],
+// its headers (and, with a load model, from the engine's load):
+// [HeaderFirstDelay], [HeaderGap], [HeaderTokens],
 // [HeaderLogprobs], [HeaderToolCalls] and [HeaderFault] with a Fault* mode.
 // A request's answer that is not streamed is the one its stream adds up
 // to, in the form the engine gives it: vLLM's model_dump of its response
@@ -31,7 +39,7 @@
 // gateway's answer reassembled from the stream can be compared with it
 // field by field. GET /metrics answers the engine's Prometheus exposition
 // (vLLM's names on uvicorn, llama.cpp's on httplib, following the requests
-// being served), or, for an engine started [WithMetricsFault], fails for
+// being served, or the load model's slots and KV tokens), or, for an engine started [WithMetricsFault], fails for
 // its whole life: missing, a 30 s hang, 50 MiB of garbage, or NaN values
 // (the Metrics* modes).
 //

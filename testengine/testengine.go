@@ -129,7 +129,10 @@ var MetricsFaults = []string{MetricsMissing, MetricsHang, MetricsHuge, MetricsNa
 // Option configures Start and Launch.
 type Option func(*options)
 
-type options struct{ metricsFault string }
+type options struct {
+	metricsFault string
+	load         Load
+}
 
 // WithMetricsFault makes GET /metrics fail in that mode (a Metrics*
 // constant) for the engine's whole life.
@@ -164,10 +167,11 @@ type process struct {
 }
 
 // Start builds the engine if needed and starts it on 127.0.0.1 with a free
-// port, waiting (at most 20 s) until it listens; opts set faults for its
-// whole life (WithMetricsFault). The engine is killed when
-// the test ends. A missing stack (Debian packages python3-fastapi,
-// python3-uvicorn, libcpp-httplib-dev, g++) fails the test.
+// port, waiting (at most 20 s) until it listens; opts set faults and
+// timing for its whole life (WithMetricsFault, WithLoad). The engine is
+// killed when the test ends. A missing stack (Debian packages
+// python3-fastapi, python3-uvicorn, libcpp-httplib-dev, g++) fails the
+// test.
 func Start(t testing.TB, k Kind, opts ...Option) *Engine {
 	t.Helper()
 	e, err := Launch(k, opts...)
@@ -202,6 +206,10 @@ func Launch(k Kind, opts ...Option) (*Engine, error) {
 		}
 		argv = append(slices.Clip(argv), "--metrics-fault", o.metricsFault)
 	}
+	if err := o.load.validate(); err != nil {
+		return nil, err
+	}
+	argv = append(slices.Clip(argv), o.load.args()...)
 	e := &Engine{kind: k, argv: argv, stderr: &tailBuffer{max: stderrKeep}}
 	p, port, err := e.spawn(0)
 	if err != nil {

@@ -5,12 +5,15 @@
 // (testengine.go). Usage:
 //
 //     httplib_engine --port N [--metrics-fault missing|hang|huge|nan]     (0 = any free port)
+//         [--load-slots N --load-token-ns NS --load-per-running-ns NS --load-per-kv-ns NS
+//          --load-prefill-ns NS [--load-keep-kv]]
 //
 // Prints exactly one line "READY <port>" on stdout once it is listening.
 // Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
 // GET /metrics answers llama.cpp-shaped metrics (as its server did with
 // --metrics before PR #13660), or fails as --metrics-fault says (the Metrics
-// constants).
+// constants). With --load-slots the engine times its work by the load
+// model (struct Load; testengine.Load in ../load.go).
 //
 // Streams end as llama.cpp's do: the chunked content provider writes every
 // event, calls sink.done() and returns false, which makes cpp-httplib close
@@ -28,13 +31,16 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,6 +405,127 @@ void hang(int fd, const std::function<bool()> &writable) {
   }
 }
 
+// ---- The load model (testengine.Load), off unless --load-slots is given.
+//
+// At most `slots` requests run at once; the rest wait FIFO inside the
+// engine, as llama.cpp's deferred requests do. A request that gets a slot
+// first prefills its prompt, one prefill at a time, during which no other
+// request makes a token; then each output token takes token_ns +
+// per_running_ns x running + per_kv_ns x resident, resident being the KV
+// cells held in every slot: its own prompt and output, and with keep_kv the
+// cells a finished request left in its slot until another request takes it
+// (llama.cpp's unified cache). The slot idle longest is taken first.
+struct Load {
+  int slots = 0;
+  long token_ns = 0, per_running_ns = 0, per_kv_ns = 0, prefill_ns = 0;
+  bool keep_kv = false;
+
+  std::mutex mu; // guards everything below
+  std::condition_variable cv;
+  std::vector<long> cells, freed; // per slot: KV cells held; when it was freed
+  std::vector<bool> busy;
+  long clock = 0, next_ticket = 0;
+  std::deque<long> line; // tickets of the requests waiting for a slot
+  int running = 0;
+  bool prefilling = false;
+
+  bool on() const { return slots > 0; }
+
+  void init() {
+    cells.assign(slots, 0);
+    freed.assign(slots, 0);
+    busy.assign(slots, false);
+  }
+
+  long resident_locked() const {
+    long n = 0;
+    for (long c : cells) n += c;
+    return n;
+  }
+
+  struct Counts {
+    long running, waiting, resident;
+  };
+  Counts counts() {
+    std::lock_guard<std::mutex> l(mu);
+    return {running, static_cast<long>(line.size()), resident_locked()};
+  }
+
+  // acquire waits in line for a slot and takes it; -1 when the client on
+  // fd went away first.
+  int acquire(int fd) {
+    std::unique_lock<std::mutex> l(mu);
+    const long me = next_ticket++;
+    line.push_back(me);
+    while (line.front() != me || running >= slots) {
+      if (cv.wait_for(l, std::chrono::milliseconds(kPollMs)) == std::cv_status::timeout && peer_gone(fd)) {
+        line.erase(std::find(line.begin(), line.end(), me));
+        cv.notify_all();
+        return -1;
+      }
+    }
+    line.pop_front();
+    int slot = -1;
+    for (int i = 0; i < slots; i++) {
+      if (!busy[i] && (slot < 0 || freed[i] < freed[slot])) slot = i;
+    }
+    busy[slot] = true;
+    cells[slot] = 0;
+    running++;
+    cv.notify_all(); // the next in line may take another free slot
+    return slot;
+  }
+
+  void release(int slot) {
+    std::lock_guard<std::mutex> l(mu);
+    busy[slot] = false;
+    freed[slot] = ++clock;
+    if (!keep_kv) cells[slot] = 0;
+    running--;
+    cv.notify_all();
+  }
+
+  void prefill(int slot, int tokens) {
+    {
+      std::unique_lock<std::mutex> l(mu);
+      cv.wait(l, [this] { return !prefilling; });
+      prefilling = true;
+    }
+    std::this_thread::sleep_for(std::chrono::nanoseconds(tokens * prefill_ns));
+    std::lock_guard<std::mutex> l(mu);
+    prefilling = false;
+    cells[slot] += tokens + 1; // the prompt, and the first token
+    cv.notify_all();
+  }
+
+  // decode waits out one output token of slot: gap_ms when a header set
+  // it (>= 0), else the model's time.
+  void decode(int slot, int gap_ms) {
+    long gap = gap_ms * 1000000L;
+    if (gap_ms < 0) {
+      std::lock_guard<std::mutex> l(mu);
+      gap = token_ns + per_running_ns * running + per_kv_ns * resident_locked();
+    }
+    std::this_thread::sleep_for(std::chrono::nanoseconds(gap));
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [this] { return !prefilling; });
+    cells[slot]++;
+  }
+};
+
+Load g_load;
+
+// Slot holds a slot of g_load from its acquire to its end.
+struct Slot {
+  int id = -1;
+  explicit Slot(int fd) : id(g_load.acquire(fd)) {}
+  ~Slot() {
+    if (id >= 0) g_load.release(id);
+  }
+  Slot(const Slot &) = delete;
+  Slot &operator=(const Slot &) = delete;
+};
+
 std::string error_json(int code, const std::string &message, const std::string &type) {
   // llama.cpp's error shape.
   return "{\"error\":{\"code\":" + std::to_string(code) + ",\"message\":" + quote(message) +
@@ -534,8 +661,14 @@ struct Gen {
 // The metrics exposition of llama.cpp's server (no labels), every value NaN
 // when nan is set.
 std::string metrics_text(bool nan) {
-  const long active = g_active.load();
-  const long cells = std::min(kCtx, active * kCellsPerRequest + std::min(kCtx / 2, g_requests.load() * kCellsLeft));
+  long active = g_active.load(), deferred = 0;
+  long cells = std::min(kCtx, active * kCellsPerRequest + std::min(kCtx / 2, g_requests.load() * kCellsLeft));
+  if (g_load.on()) {
+    const Load::Counts c = g_load.counts();
+    active = c.running;
+    deferred = c.waiting;
+    cells = std::min(kCtx, c.resident);
+  }
   struct Metric {
     const char *name, *type, *help;
     double value;
@@ -552,7 +685,7 @@ std::string metrics_text(bool nan) {
       {"kv_cache_usage_ratio", "gauge", "KV-cache usage. 1 means 100 percent usage.", double(cells) / kCtx},
       {"kv_cache_tokens", "gauge", "KV-cache tokens.", double(cells)},
       {"requests_processing", "gauge", "Number of requests processing.", double(active)},
-      {"requests_deferred", "gauge", "Number of requests deferred.", 0},
+      {"requests_deferred", "gauge", "Number of requests deferred.", double(deferred)},
   };
   std::string out;
   char num[64];
@@ -603,12 +736,25 @@ void get_metrics(const httplib::Request &req, httplib::Response &res) {
   res.set_content(metrics_text(g_metrics_fault == "nan"), "text/plain; version=0.0.4");
 }
 
+// first_token waits until slot's first token: its prefill, or first_ms
+// when a header set it (>= 0).
+void first_token(int slot, int prompt_tokens, int first_ms) {
+  if (first_ms >= 0) {
+    sleep_ms(first_ms);
+  } else {
+    g_load.prefill(slot, prompt_tokens);
+  }
+}
+
 void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
   g_requests++;
   auto active = std::make_shared<ActiveGuard>();
   const std::string fault = req.get_header_value("X-Test-Fault");
   const int first_delay = std::max(header_int(req, "X-Test-First-Delay-Ms", 0), 0);
   const int gap = std::max(header_int(req, "X-Test-Gap-Ms", 0), 0);
+  // With the load model, headers given still set their own delays (-1: the model's).
+  const int own_first = req.has_header("X-Test-First-Delay-Ms") ? first_delay : -1;
+  const int own_gap = req.has_header("X-Test-Gap-Ms") ? gap : -1;
 
   if (fault == "kill-before-headers") self_kill();
   if (fault == "hang-before-headers") {
@@ -692,14 +838,22 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
                                });
       return;
     }
-    sleep_ms(first_delay + std::max(g.n - 1, 0) * gap);
+    if (!g_load.on()) {
+      sleep_ms(first_delay + std::max(g.n - 1, 0) * gap);
+    } else {
+      Slot slot(conn_fd(req));
+      if (slot.id < 0) return; // the client went away
+      first_token(slot.id, g.prompt_tokens, own_first);
+      for (int i = 1; i < g.n; i++) g_load.decode(slot.id, own_gap);
+    }
     res.set_content(whole, "application/json; charset=utf-8");
     return;
   }
 
   const int fd = conn_fd(req);
   res.set_chunked_content_provider(
-      "text/event-stream", [g, fault, first_delay, gap, fd, active](size_t, httplib::DataSink &sink) {
+      "text/event-stream",
+      [g, fault, first_delay, gap, own_first, own_gap, fd, active](size_t, httplib::DataSink &sink) {
         auto write = [&sink](const std::string &s) { return sink.write(s.data(), s.size()); };
         // cpp-httplib has written the head before it calls the provider.
         if (fault == "kill-after-headers") self_kill();
@@ -707,7 +861,14 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
           hang(fd, sink.is_writable);
           return false;
         }
-        sleep_ms(first_delay);
+        std::unique_ptr<Slot> slot;
+        if (g_load.on()) {
+          slot.reset(new Slot(fd));
+          if (slot->id < 0) return false; // the client went away
+          first_token(slot->id, g.prompt_tokens, own_first);
+        } else {
+          sleep_ms(first_delay);
+        }
         if (fault == "broken-sse") {
           if (write(g.content(0)) && write("data: {not json\n\n")) sink.done();
           return false;
@@ -722,7 +883,11 @@ void generate(const httplib::Request &req, httplib::Response &res, bool chat) {
         const bool cut = fault == "kill-mid-stream" || fault == "hang-mid-stream" || fault == "truncated";
         const int chunks = cut ? std::min(3, g.n) : g.n;
         for (int i = 0; i < chunks; i++) {
-          if (i > 0) sleep_ms(gap);
+          if (i > 0 && slot) {
+            g_load.decode(slot->id, own_gap);
+          } else if (i > 0) {
+            sleep_ms(gap);
+          }
           if (!write(g.content(i))) return false;
         }
         if (fault == "kill-mid-stream") self_kill();
@@ -748,11 +913,25 @@ int main(int argc, char **argv) {
       port = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--metrics-fault") == 0 && i + 1 < argc) {
       g_metrics_fault = argv[++i];
+    } else if (std::strcmp(argv[i], "--load-slots") == 0 && i + 1 < argc) {
+      g_load.slots = std::max(std::atoi(argv[++i]), 0);
+    } else if (std::strcmp(argv[i], "--load-token-ns") == 0 && i + 1 < argc) {
+      g_load.token_ns = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--load-per-running-ns") == 0 && i + 1 < argc) {
+      g_load.per_running_ns = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--load-per-kv-ns") == 0 && i + 1 < argc) {
+      g_load.per_kv_ns = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--load-prefill-ns") == 0 && i + 1 < argc) {
+      g_load.prefill_ns = std::atol(argv[++i]);
+    } else if (std::strcmp(argv[i], "--load-keep-kv") == 0) {
+      g_load.keep_kv = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--port N] [--metrics-fault missing|hang|huge|nan]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--port N] [--metrics-fault missing|hang|huge|nan] [--load-slots N --load-token-ns NS "
+                   "--load-per-running-ns NS --load-per-kv-ns NS --load-prefill-ns NS [--load-keep-kv]]\n", argv[0]);
       return 2;
     }
   }
+  g_load.init();
 
   httplib::Server svr;
   svr.new_task_queue = [] { return new httplib::ThreadPool(128); };

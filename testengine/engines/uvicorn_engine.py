@@ -5,14 +5,18 @@ Started by the Go package testengine (testengine.go); run with Debian's
 /usr/bin/python3 (python3-fastapi, python3-uvicorn). Usage:
 
     uvicorn_engine.py --port N [--metrics-fault missing|hang|huge|nan]     (0 = any free port)
+        [--load-slots N --load-token-ns NS --load-per-running-ns NS --load-per-kv-ns NS
+         --load-prefill-ns NS [--load-keep-kv]]
 
 Prints exactly one line "READY <port>" on stdout once it is listening.
 Per-request behaviour comes from the X-Test-* request headers (the Header and Fault constants in ../testengine.go).
 GET /metrics answers vLLM-shaped metrics, or fails as --metrics-fault says (the Metrics constants).
+With --load-slots the engine times its work by the load model (class Load; testengine.Load in ../load.go).
 """
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import random
@@ -41,6 +45,97 @@ GARBAGE = random.Random(1).randbytes(64 << 10)
 # vLLM's KV cache here: 2048 blocks of 16 tokens; each running request
 # holds 256 tokens.
 NUM_GPU_BLOCKS, BLOCK_SIZE, TOKENS_PER_REQUEST = 2048, 16, 256
+
+
+class Load:
+    """The load model (testengine.Load), off unless --load-slots is given.
+
+    At most `slots` requests run at once; the rest wait FIFO inside the
+    engine, as vLLM's waiting queue and llama.cpp's deferred requests do.
+    A request that gets a slot first prefills its prompt, one prefill at a
+    time, during which no other request makes a token; then each output
+    token takes token + per_running x running + per_kv x resident, resident
+    being the KV tokens held in every slot: its own prompt and output, and
+    with keep_kv the cells a finished request left in its slot until
+    another request takes it (llama.cpp's unified cache). Only touched from
+    the event loop thread."""
+
+    def __init__(self, slots=0, token=0.0, per_running=0.0, per_kv=0.0, prefill=0.0, keep_kv=False):
+        self.slots, self.token, self.per_running, self.per_kv = slots, token, per_running, per_kv
+        self.prefill_s, self.keep_kv = prefill, keep_kv
+        self.cells = [0] * slots
+        self.busy = [False] * slots
+        self.freed = [0] * slots  # when each slot was freed: the idle longest is taken first
+        self.clock = 0
+        self.waiters = collections.deque()
+        self.prefilling = None  # an asyncio.Lock, made in the loop
+        self.no_prefill = None  # set while no prefill runs
+
+    def on(self):
+        return self.slots > 0
+
+    def running(self):
+        return sum(self.busy)
+
+    def waiting(self):
+        return sum(1 for f in self.waiters if not f.done())
+
+    def resident(self):
+        return sum(self.cells)
+
+    def _take(self):
+        i = min((i for i in range(self.slots) if not self.busy[i]), key=lambda i: self.freed[i])
+        self.busy[i], self.cells[i] = True, 0
+        return i
+
+    async def acquire(self):
+        """Returns a slot, waiting in line for one."""
+        if self.prefilling is None:
+            self.prefilling, self.no_prefill = asyncio.Lock(), asyncio.Event()
+            self.no_prefill.set()
+        if not self.waiters and self.running() < self.slots:
+            return self._take()
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        try:
+            return await fut
+        except asyncio.CancelledError:  # the client left while it waited
+            if fut.done() and not fut.cancelled():
+                self.release(fut.result())
+            else:
+                self.waiters.remove(fut)
+            raise
+
+    def release(self, i):
+        self.clock += 1
+        self.busy[i], self.freed[i] = False, self.clock
+        if not self.keep_kv:
+            self.cells[i] = 0
+        while self.waiters:
+            fut = self.waiters.popleft()
+            if not fut.done():
+                fut.set_result(self._take())
+                return
+
+    async def prefill(self, i, tokens):
+        async with self.prefilling:
+            self.no_prefill.clear()
+            try:
+                await asyncio.sleep(tokens * self.prefill_s)
+            finally:
+                self.no_prefill.set()
+        self.cells[i] += tokens + 1  # the prompt, and the first token
+
+    async def decode(self, i, gap=None):
+        """Waits out one output token of slot i: gap when a header set it."""
+        if gap is None:
+            gap = self.token + self.per_running * self.running() + self.per_kv * self.resident()
+        await asyncio.sleep(gap)
+        await self.no_prefill.wait()
+        self.cells[i] += 1
+
+
+LOAD = Load()
 
 app = FastAPI()
 
@@ -139,6 +234,9 @@ async def generate(request: Request, chat: bool):
     fault = request.headers.get("x-test-fault", "")
     first_delay = max(header_int(request, "x-test-first-delay-ms", 0), 0) / 1000.0
     gap = max(header_int(request, "x-test-gap-ms", 0), 0) / 1000.0
+    # With the load model, headers given still set their own delays.
+    own_first = "x-test-first-delay-ms" in request.headers
+    own_gap = "x-test-gap-ms" in request.headers
 
     raw = await request.body()
     if fault == "kill-before-headers":
@@ -189,6 +287,27 @@ async def generate(request: Request, chat: bool):
     usage = {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion, "completion_tokens": completion}
     METRICS["prompt_tokens"] += prompt_tokens
     METRICS["generation_tokens"] += completion
+
+    async def start():
+        """Takes a slot (with the load model) and waits until the first
+        token; returns the slot, or None without the load model."""
+        slot = await LOAD.acquire() if LOAD.on() else None
+        try:
+            if slot is not None and not own_first:
+                await LOAD.prefill(slot, prompt_tokens)
+            else:
+                await asyncio.sleep(first_delay)
+        except BaseException:
+            if slot is not None:
+                LOAD.release(slot)
+            raise
+        return slot
+
+    async def next_token(slot):
+        if slot is None:
+            await asyncio.sleep(gap)
+        else:
+            await LOAD.decode(slot, gap if own_gap else None)
 
     SEQ["n"] += 1
     created = int(time.time())
@@ -283,7 +402,15 @@ async def generate(request: Request, chat: bool):
                       "usage": dict(usage, prompt_tokens_details=None), "kv_transfer_params": None}
         if fault in ("hang-after-headers", "kill-after-headers"):
             return HeadersOnly(request, len(dumps(result).encode()), fault == "kill-after-headers")
-        await asyncio.sleep(first_delay + max(n - 1, 0) * gap)
+        if not LOAD.on():
+            await asyncio.sleep(first_delay + max(n - 1, 0) * gap)
+            return JSONResponse(result)
+        slot = await start()
+        try:
+            for _ in range(n - 1):
+                await next_token(slot)
+        finally:
+            LOAD.release(slot)
         return JSONResponse(result)
 
     async def events():
@@ -298,7 +425,15 @@ async def generate(request: Request, chat: bool):
                 self_kill()
             await hang(request)
             return
-        await asyncio.sleep(first_delay)
+        slot = await start()
+        try:
+            async for e in output(slot):
+                yield e
+        finally:
+            if slot is not None:
+                LOAD.release(slot)
+
+    async def output(slot):
         if chat:
             for c in range(choices_n):
                 yield chunk(c, content="", role="assistant")
@@ -318,7 +453,10 @@ async def generate(request: Request, chat: bool):
             # Yield to the loop between tokens even with no gap, as a real
             # engine does between decode steps: a client's disconnect is
             # seen, and other requests (/test/stats) are served.
-            await asyncio.sleep(gap if i > 0 else 0)
+            if i > 0:
+                await next_token(slot)
+            else:
+                await asyncio.sleep(0)
             k, t = ps[i]
             for c in range(choices_n):  # the choices' chunks interleave
                 lp = None
@@ -371,8 +509,11 @@ async def models():
 def exposition(nan):
     """vLLM 0.10's names and labels (v1 engine, one engine), a few of each kind."""
     labels = 'engine="0",model_name="test"'
-    running = STATS["active"]
+    running, waiting = STATS["active"], 0
     usage = min(1.0, running * TOKENS_PER_REQUEST / (NUM_GPU_BLOCKS * BLOCK_SIZE))
+    if LOAD.on():
+        running, waiting = LOAD.running(), LOAD.waiting()
+        usage = min(1.0, LOAD.resident() / (NUM_GPU_BLOCKS * BLOCK_SIZE))
 
     def v(x):
         return "NaN" if nan else repr(float(x))
@@ -386,7 +527,7 @@ def exposition(nan):
         "vllm:num_requests_running{%s} %s" % (labels, v(running)),
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
         "# TYPE vllm:num_requests_waiting gauge",
-        "vllm:num_requests_waiting{%s} %s" % (labels, v(0)),
+        "vllm:num_requests_waiting{%s} %s" % (labels, v(waiting)),
         "# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
         "# TYPE vllm:gpu_cache_usage_perc gauge",
         "vllm:gpu_cache_usage_perc{%s} %s" % (labels, v(usage)),
@@ -459,8 +600,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--metrics-fault", default="", choices=["", "missing", "hang", "huge", "nan"])
+    p.add_argument("--load-slots", type=int, default=0)
+    for name in ("token", "per-running", "per-kv", "prefill"):
+        p.add_argument("--load-%s-ns" % name, type=int, default=0)
+    p.add_argument("--load-keep-kv", action="store_true")
     args = p.parse_args()
     METRICS["fault"] = args.metrics_fault
+    global LOAD
+    LOAD = Load(max(args.load_slots, 0), args.load_token_ns / 1e9, args.load_per_running_ns / 1e9,
+                args.load_per_kv_ns / 1e9, args.load_prefill_ns / 1e9, args.load_keep_kv)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:

@@ -4,12 +4,13 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"runtime"
 	"slices"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kneecap/kneecap/bench"
 )
 
 // results collects every round of every target, per setting.
@@ -24,7 +25,7 @@ type results struct {
 }
 
 func newResults(c config, ts []*target) *results {
-	r := &results{cfg: c, rounds: map[setting]map[string][]roundStats{}, twin: map[setting][]roundStats{}, loadAvg0: loadAvg()}
+	r := &results{cfg: c, rounds: map[setting]map[string][]roundStats{}, twin: map[setting][]roundStats{}, loadAvg0: bench.LoadAverage()}
 	for _, t := range ts {
 		r.targets = append(r.targets, t.name)
 	}
@@ -120,7 +121,7 @@ func (r *results) write(w io.Writer) {
 	c := r.cfg
 	fmt.Fprintf(w, "# relaybench %s\n\n", time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	fmt.Fprintf(w, "- machine: %d CPUs (GOMAXPROCS %d), %s; load average before %s, after %s\n",
-		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadAvg0, loadAvg())
+		runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(), r.loadAvg0, bench.LoadAverage())
 	fmt.Fprintf(w, "- rounds: %d per target and setting, interleaved (order rotated each round), after one warm-up round; %s in all\n",
 		c.rounds, r.elapsed.Round(time.Second))
 	if c.unpacedChunks > 0 {
@@ -270,16 +271,4 @@ func fmtReasons(m map[string]int) string {
 		parts = append(parts, fmt.Sprintf("%dx %q", m[k], k))
 	}
 	return strings.Join(parts, ", ")
-}
-
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
 }
