@@ -219,27 +219,6 @@ func (b *budget) room(now time.Time, c candidate, running, resident int) int {
 	return max(n, 0)
 }
 
-// roomFor reports whether c would find room in the engine now beside
-// running slots held (resident KV tokens theirs), by the count cap aside:
-// the prefill limit lets one more prefill start and the decode step with
-// it stays within the budget. Unlike fits it changes nothing (a measure
-// and a prediction ask it), and it leaves out the prefill check, whose
-// holds end with the prefill under way.
-func (b *budget) roomFor(now time.Time, c candidate, running, resident int) bool {
-	if b.maxPrefill > 0 {
-		live := 0
-		for _, t := range b.prefilling {
-			if b.prefillBound <= 0 || now.Before(t.prefillUntil) {
-				live++
-			}
-		}
-		if live >= b.maxPrefill {
-			return false
-		}
-	}
-	return b.stepFits(c, running, resident)
-}
-
 // paceFree reports whether the prefill limit lets one more prefill start.
 func (b *budget) paceFree(now time.Time) bool {
 	return b.maxPrefill == 0 || b.livePrefills(now) < b.maxPrefill

@@ -142,10 +142,11 @@ func TestStepBudget(t *testing.T) {
 	})
 }
 
-// A long prompt held at the head of the queue by the token budget holds up
-// those behind it; when it leaves at its queue-wait bound (or its client
-// leaves), the next one starts at once, not at the next release.
-func TestWaiterBehindATimedOutHeadStartsAtOnce(t *testing.T) {
+// A long prompt held at the head of the queue by the token budget does not
+// hold up those behind it that fit: a short one starts at once
+// (backfilling), and the long one keeps its place until it leaves, at its
+// queue-wait bound or with its client.
+func TestShortPromptBackfillsPastAHeldHead(t *testing.T) {
 	for _, how := range []string{"timeout", "cancel"} {
 		t.Run(how, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -164,8 +165,14 @@ func TestWaiterBehindATimedOutHeadStartsAtOnce(t *testing.T) {
 				defer leave()
 				headDone := acquireAsync(hctx, l, huge)
 				synctest.Wait()
+				if s := l.State(); s.Queued != 1 {
+					t.Fatalf("the long prompt is not held at the head: %+v", s)
+				}
 				short := acquireAsync(ctx, l, tokenRequest(100, time.Second)) // fits behind the long one
-				pending(t, short, "the short prompt behind the held head")
+				tk := granted(t, short, "the short prompt behind the held head")
+				if tk.QueueWait() != 0 {
+					t.Fatalf("waited %v", tk.QueueWait())
+				}
 				if how == "cancel" {
 					time.Sleep(20 * time.Millisecond)
 					leave()
@@ -175,15 +182,36 @@ func TestWaiterBehindATimedOutHeadStartsAtOnce(t *testing.T) {
 				if r := <-headDone; r.err == nil {
 					t.Fatal("the long prompt was granted")
 				}
-				tk := granted(t, short, "the short prompt, once the head left")
-				if tk.QueueWait() > 100*time.Millisecond {
-					t.Fatalf("waited %v", tk.QueueWait())
-				}
 				tk.Release()
 				long.Release()
 			})
 		})
 	}
+}
+
+// The head held by the cap, not by the budget, holds up those behind it:
+// no request passes the count cap by backfilling.
+func TestNoBackfillPastTheCap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10})
+		l.SetCosts(testCosts)
+		ctx := t.Context()
+		a, err := l.Acquire(ctx, tokenRequest(100, time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := acquireAsync(ctx, l, tokenRequest(100, time.Second))
+		synctest.Wait()
+		second := acquireAsync(ctx, l, tokenRequest(100, time.Second))
+		synctest.Wait()
+		pending(t, first, "the first waiter at a full cap")
+		pending(t, second, "the second waiter at a full cap")
+		a.Release()
+		tk := granted(t, first, "the first waiter once a slot freed")
+		pending(t, second, "the second waiter")
+		tk.Release()
+		granted(t, second, "the second waiter").Release()
+	})
 }
 
 // Zero Costs hold nothing back: only the count cap applies.

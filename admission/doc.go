@@ -42,8 +42,10 @@
 //     rejects the queue and every later request during shutdown.
 //   - grant.go: the grant, the one place a slot is given: for a new
 //     request (arriveLocked), for the queue whenever room may have come
-//     (wakeLocked), and for a waiter at its queue-wait bound held only by
-//     pacing (expireLocked); and the timers that wake the queue.
+//     (wakeLocked; a head held by the token budget lets one behind it that
+//     fits go first: backfillLocked), and for a waiter at its queue-wait
+//     bound held only by pacing (expireLocked); and the timers that wake
+//     the queue.
 //   - queue.go: who waits, in which order. [ClassConfig] are priority
 //     classes (Request.Class, strict priority at every grant, each with a
 //     share of the queue); within a class, tenants (Request.Tenant) take
@@ -92,15 +94,12 @@
 //     reservation for its return.
 //   - outside.go: the demand outside: each refused request expected back
 //     (known again by Request.Fingerprint) until it comes back or its
-//     Retry-After and a grace have passed, in the order of first refusals
-//     (a request come back queues before first-comers, fairQueue.push);
-//     how late they come back and how many do; and the slot time left
-//     idle while demand waited ([Limiter.Outside]).
-//   - schedule.go: when slots are predicted to free (each running request
-//     timed by its output left at its own pace; each slot then holds a
-//     mean hold), and a refused or queued request's place in line
-//     (State.Release: the Retry-After that brings it back when a slot
-//     frees for it).
+//     Retry-After and a grace have passed; come back, it queues before
+//     the requests that come for the first time, in the order of first
+//     refusals (fairQueue.push), and may take a free slot though those
+//     wait (policy.arrival); how late they come back; and the slot time
+//     left idle while a waiting request, inside or outside, would have
+//     been granted it ([Limiter.Outside]).
 //   - state.go: snapshots: [Limiter.State], [Limiter.Held] (why waiters
 //     were held), [Limiter.Classes] and [Limiter.Tenants] (the top N by
 //     tokens served, the rest as "other"), for hooks, metrics and /status.

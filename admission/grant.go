@@ -25,7 +25,9 @@ import "time"
 //     release, a first token, a new cap, pacing or costs, a timer, a
 //     waiter that left). A waiter that fits but whose prefill would now
 //     end past its TTFT deadline is refused (queue_timeout) and the slot
-//     goes to the next.
+//     goes to the next. A head held by the token budget lets the first
+//     waiter behind it that fits go (backfillLocked): the budget is asked
+//     again for it.
 //   - expireLocked: a waiter at its queue-wait bound. At the head of the
 //     queue and held only by pacing, it is granted: pacing defers a
 //     prefill to spare the one under way, it does not refuse.
@@ -56,7 +58,6 @@ func (l *Limiter) arriveLocked(now, start time.Time, req Request) (t *Ticket, ca
 		}
 	}
 	st = l.stateLocked(now, l.s.queue.position(f))
-	l.placeLocked(now, &st, f.key.class, c)
 	st.PrefillWait = l.b.prefillWait(now, l.runningLocked(), l.ResidentKV())
 	if l.b.costs.knowsPrefill() {
 		st.PrefillOwn = l.b.costs.prefillOf(c.prompt, l.b.costs.StepWith(l.runningLocked(), l.ResidentKV(), c.prompt))
@@ -76,15 +77,15 @@ func (l *Limiter) wakeLocked(now time.Time) {
 		w, held := l.s.next(now)
 		if ok, why := l.b.fits(now, w.cand, l.runningLocked(), l.ResidentKV(), held, true); !ok {
 			l.b.hold(w, why)
-			break
+			if w = l.backfillLocked(now, w, why); w == nil {
+				break
+			}
 		}
 		l.s.queue.remove(w)
 		if l.b.late(now, w.cand, l.runningLocked(), l.ResidentKV()) {
 			// It would miss its deadline from here: refused at once (as
 			// at its queue-wait bound), leaving the slot to the next.
-			st := l.stateLocked(now, 1)
-			l.placeLocked(now, &st, w.flow.key.class, w.cand)
-			prev = l.refuseLocked(w, prev, ErrQueueTimeout, st)
+			prev = l.refuseLocked(w, prev, ErrQueueTimeout, l.stateLocked(now, 1))
 			continue
 		}
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
@@ -92,6 +93,32 @@ func (l *Limiter) wakeLocked(now time.Time) {
 	}
 	l.armPaceLocked(now)
 	l.armReserveLocked(now)
+}
+
+// backfillDepth is how many waiters behind a held head the wake looks at
+// for one that fits.
+const backfillDepth = 8
+
+// backfillLocked returns the first of the waiters behind head (in the
+// policy's order, at most backfillDepth) that fits now, when head is held
+// by the token budget (its prefill against the TTFT deadlines, or the
+// decode step) rather than by the cap, pacing or a reservation; else nil.
+// The engine has room then, just not for head (a 6,000-token prompt
+// behind prefills under way): one that fits starts, and head keeps its
+// place. Without it, the head of the line held the slots those behind it
+// would have used (scenario 16: chat turns behind a retrieval prompt) and
+// the requests refused meanwhile left them idle. A head that cannot meet
+// its deadline is refused when it would start late (see late), as before.
+func (l *Limiter) backfillLocked(now time.Time, head *waiter, why int) *waiter {
+	if why != heldPrefill && why != heldStep {
+		return nil
+	}
+	for _, w := range l.s.behind(head, backfillDepth) {
+		if ok, _ := l.b.fits(now, w.cand, l.runningLocked(), l.ResidentKV(), l.s.heldFor(now, w.flow), true); ok {
+			return w
+		}
+	}
+	return nil
 }
 
 // expireLocked decides for a waiter whose queue-wait bound has passed: it
@@ -118,7 +145,6 @@ func (l *Limiter) expireLocked(w *waiter) (t *Ticket, left bool, st State) {
 	}
 	now := time.Now()
 	st = l.stateLocked(now, pos)
-	l.placeLocked(now, &st, w.flow.key.class, w.cand)
 	// At the head, held by the token budget, it held up those behind it:
 	// they may start now. (Without this a waiter behind a long prompt
 	// that timed out waited for the next release, or not, as the timeout
@@ -135,8 +161,6 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, cla
 	l.grantSum += now.Sub(l.origin)
 	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
 	t.charged = l.s.granted(now, f, class)
-	t.expect = l.b.expectOutput(c)
-	l.tickets[t] = struct{}{}
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))
 	return t

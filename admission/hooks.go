@@ -76,24 +76,6 @@ type State struct {
 	// requests still waiting for their first token, and ResidentKV the KV
 	// tokens the running requests hold (see Limiter.ResidentKV).
 	PrefillTokens, ResidentKV int
-	// For the request in question (Position set): Back is how often it
-	// was refused before (0: it comes for the first time; see
-	// Request.Fingerprint), and LastTry whether its client will not retry
-	// a refusal (X-Stainless-Retry-Count 2, or refused twice before).
-	// Away is the refused requests expected back that go before it (none
-	// for a request come back: it goes before those that come for the
-	// first time). Release is the predicted time until the slot of its
-	// place in line (Position + Away) frees (see Limiter's release
-	// schedule), 0 when nothing has been measured to predict it: the
-	// Retry-After that brings a refused request back when a slot frees
-	// for it, not later.
-	Back    int
-	LastTry bool
-	Away    int
-	Release time.Duration
-	// Lateness is how long after their Retry-After refused requests came
-	// back, on average (negative: early; see OutsideStats.Lateness).
-	Lateness time.Duration
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:

@@ -49,10 +49,9 @@ type Limiter struct {
 	kvPrompt, kvOut atomic.Int64
 
 	mu       sync.Mutex
-	b        budget               // what is held, and whether a request may add to it
-	s        policy               // who goes next
-	o        outside              // refused requests expected back, idle slot time
-	tickets  map[*Ticket]struct{} // the slots held (schedule.go)
+	b        budget  // what is held, and whether a request may add to it
+	s        policy  // who goes next
+	o        outside // refused requests expected back, idle slot time
 	draining bool
 	hooks    Hooks
 	meanHold time.Duration // 0 until the first release
@@ -103,7 +102,6 @@ func NewLimiter(cfg Config) *Limiter {
 		origin:   time.Now(),
 		b:        newBudget(cfg.Limit),
 		o:        newOutside(time.Now()),
-		tickets:  map[*Ticket]struct{}{},
 		hooks:    cfg.Hooks,
 		s:        newPolicy(cfg.Classes, cfg.MaxQueue, cfg.Fairness),
 	}
@@ -291,7 +289,6 @@ func (l *Limiter) SetCosts(c Costs) {
 func (l *Limiter) firstToken(t *Ticket) {
 	l.mu.Lock()
 	l.tallyLocked(time.Now())
-	t.firstAt = time.Now()
 	if l.b.firstToken(t) {
 		l.wakeLocked(time.Now())
 	}
@@ -305,7 +302,6 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.mu.Lock()
 	l.tallyLocked(now)
 	l.running.Add(-1)
-	delete(l.tickets, t)
 	l.grantSum -= t.granted.Sub(l.origin)
 	l.b.release(t)
 	l.kvPrompt.Add(-int64(t.est))

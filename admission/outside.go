@@ -44,6 +44,7 @@ type away struct {
 	class    int       // its priority class
 	refusals int       // times refused so far
 	since    time.Time // its first refusal: its place in line
+	prompt   int       // its prompt tokens (estimated)
 	due      time.Time // when its Retry-After ends
 	until    time.Time // due + returnGrace: expected back by then
 	index    int       // in awayHeap
@@ -88,27 +89,22 @@ type outside struct {
 	// lateness is the mean of how long after its Retry-After a request
 	// came back (negative: early), weighted 1/8 for the newest.
 	lateness time.Duration
-	// meanPrompt and meanTTFT are the prompt tokens and TTFT target of
-	// the requests that come, moving means (see note).
-	meanPrompt float64
-	meanTTFT   time.Duration
-	// back is the share of the refused requests expected back that came
-	// back (each one that did counts 1, each one forgotten 0), the newest
-	// weighted 1/16; 1 before any is known: clients retry until they are
-	// seen not to.
-	back float64
+	// meanTTFT is the TTFT target of the requests that come, a moving
+	// mean (see note); promptSum the prompt tokens of those away.
+	meanTTFT  time.Duration
+	promptSum int
 }
 
 func newOutside(now time.Time) outside {
-	return outside{byKey: map[uint64]*away{}, at: now, back: 1}
+	return outside{byKey: map[uint64]*away{}, at: now}
 }
 
 // tally counts the idle slot time from o.at to now, with free slots free
 // under the cap and queued requests queued all along (the caller calls it
 // before it changes either), the refused requests leaving the count as
 // their grace ends.
-func (o *outside) tally(now time.Time, free, queued int) {
-	if free <= 0 {
+func (o *outside) tally(now time.Time, free slots) {
+	if free.head <= 0 && free.away <= 0 {
 		o.expire(now)
 		if now.After(o.at) {
 			o.at = now
@@ -116,38 +112,55 @@ func (o *outside) tally(now time.Time, free, queued int) {
 		return
 	}
 	for len(o.due) > 0 && !o.due[0].until.After(now) {
-		o.add(o.due[0].until, free, queued)
-		o.gone(o.due[0])
+		o.add(o.due[0].until, free)
+		o.forget(o.due[0])
 	}
-	o.add(now, free, queued)
+	o.add(now, free)
 }
 
-// gone forgets a refused request whose grace ended: its client came back
-// unrecognised, or not at all.
-func (o *outside) gone(a *away) {
-	o.back += (0 - o.back) / 16
-	o.forget(a)
+// slots are the slots free for the demand waiting: for the head of the
+// queue (queued waiters), and for a request like those refused and
+// expected back (see Limiter.tallyLocked).
+type slots struct {
+	head, queued, away int
 }
 
-// add counts the idle slot time from o.at to t.
-func (o *outside) add(t time.Time, free, queued int) {
+// add counts the idle slot time from o.at to t: the slots the head of
+// the queue would be granted, at most the waiters, and of those left the
+// slots a request like the refused ones would, at most as many as are
+// expected back.
+func (o *outside) add(t time.Time, free slots) {
 	if !t.After(o.at) {
 		return
 	}
-	if demand := queued + len(o.due); demand > 0 {
-		o.idle += time.Duration(min(free, demand)) * t.Sub(o.at)
+	in := 0
+	if free.queued > 0 {
+		in = min(max(free.head, 0), free.queued)
+	}
+	out := min(max(free.away-in, 0), len(o.due))
+	if n := in + out; n > 0 {
+		o.idle += time.Duration(n) * t.Sub(o.at)
 	}
 	o.at = t
+}
+
+// awayPrompt is the mean prompt of the refused requests expected back.
+func (o *outside) awayPrompt() int {
+	if len(o.due) == 0 {
+		return 0
+	}
+	return o.promptSum / len(o.due)
 }
 
 // expire forgets the refused requests whose grace ended by now.
 func (o *outside) expire(now time.Time) {
 	for len(o.due) > 0 && !o.due[0].until.After(now) {
-		o.gone(o.due[0])
+		o.forget(o.due[0])
 	}
 }
 
 func (o *outside) forget(a *away) {
+	o.promptSum -= a.prompt
 	heap.Remove(&o.due, a.index)
 	delete(o.byKey, a.key)
 }
@@ -162,7 +175,6 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 	}
 	o.forget(a)
 	o.returned++
-	o.back += (1 - o.back) / 16
 	late := now.Sub(a.due)
 	if o.returned == 1 {
 		o.lateness = late
@@ -176,7 +188,7 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 // refusals times before, whose client counts retries retries (-1: it does
 // not say), told to come back after retry; it is expected back unless
 // this was its client's last try.
-func (o *outside) refused(now time.Time, key uint64, class, refusals, retries int, since time.Time, retry time.Duration) {
+func (o *outside) refused(now time.Time, key uint64, class, prompt, refusals, retries int, since time.Time, retry time.Duration) {
 	if refusals > 0 {
 		o.again++
 	}
@@ -203,7 +215,8 @@ func (o *outside) refused(now time.Time, key uint64, class, refusals, retries in
 	if since.IsZero() {
 		since = now
 	}
-	a := &away{key: key, class: class, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
+	a := &away{key: key, class: class, prompt: prompt, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
+	o.promptSum += prompt
 	o.byKey[key] = a
 	heap.Push(&o.due, a)
 }
@@ -243,54 +256,39 @@ func (l *Limiter) Outside() OutsideStats {
 // tallyLocked counts the idle slot time up to now; every change of the
 // running, queued or refused requests calls it first.
 //
-// The slots counted free are those requests like the ones that come (a
-// mean prompt, a mean TTFT target) would be granted now, one after
-// another (budget.room): the count cap and the budget (pacing, the
-// prefills under way, the decode step) have room for them. A slot the
-// token budget holds because the engine is busy is not idle; one that a
-// waiter too long for the engine's room now leaves free while a request
-// of mean length would fit is (the head of the line holds up those behind
-// it).
+// A slot is idle while a request waiting for one would have been granted
+// it now: the head of the queue (the count cap and the budget have room
+// for it, yet it waits: held back for a refused request's return, say),
+// or a request like those refused and expected back (their mean prompt
+// and the mean TTFT target), counted as many as would be granted one
+// after another (budget.room). A slot the token budget holds because the
+// engine is busy is not idle, and neither is one no waiting request fits.
 func (l *Limiter) tallyLocked(now time.Time) {
-	free := 0
+	var free slots
 	if running := l.runningLocked(); running < l.b.limit {
-		typical := candidate{prompt: int(l.o.meanPrompt + 0.5)}
-		if l.o.meanTTFT > 0 {
-			typical.deadline = now.Add(l.o.meanTTFT)
+		resident := l.ResidentKV()
+		if free.queued = l.s.queue.n; free.queued > 0 {
+			free.head = l.b.room(now, l.s.queue.next().cand, running, resident)
 		}
-		free = l.b.room(now, typical, running, l.ResidentKV())
+		if len(l.o.due) > 0 {
+			like := candidate{prompt: l.o.awayPrompt()}
+			if l.o.meanTTFT > 0 {
+				like.deadline = now.Add(l.o.meanTTFT)
+			}
+			free.away = l.b.room(now, like, running, resident)
+		}
 	}
-	l.o.tally(now, free, l.s.queue.n)
+	l.o.tally(now, free)
 }
 
-// note counts what a request that comes asks: its prompt and TTFT target
-// make the mean request a free slot is judged by (see tallyLocked).
+// note counts the TTFT target of a request that comes: the mean is what a
+// refused request's room is judged by (see tallyLocked).
 func (o *outside) note(req Request) {
-	const w = 1.0 / 32
-	o.meanPrompt += w * (float64(max(req.PromptTokens, 0)) - o.meanPrompt)
 	if t := req.Targets.TTFT; t > 0 {
 		if o.meanTTFT == 0 {
 			o.meanTTFT = t
 		} else {
-			o.meanTTFT += time.Duration(w * float64(t-o.meanTTFT))
+			o.meanTTFT += (t - o.meanTTFT) / 32
 		}
 	}
-}
-
-// ahead is the refused requests expected back that go before a request of
-// class first refused at since (zero: a first-comer): those of its class
-// and above refused before it, the line kept in the order of first
-// refusals; for a first-comer, all of them, weighed by the share that
-// comes back.
-func (o *outside) ahead(class int, since time.Time) int {
-	n := 0
-	for _, a := range o.due {
-		if a.class <= class && (since.IsZero() || a.since.Before(since)) {
-			n++
-		}
-	}
-	if since.IsZero() {
-		return int(float64(n)*o.back + 0.5)
-	}
-	return n
 }

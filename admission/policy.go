@@ -52,6 +52,16 @@ func (s *policy) next(now time.Time) (w *waiter, held int) {
 	return w, s.heldFor(now, w.flow)
 }
 
+// behind returns up to n waiters after w in the order the policy would
+// grant them if w and each before them were gone: classes in priority
+// order, within a class the flows in the order of their counters, each
+// flow's waiters in its order (come back first, then FIFO). The
+// starvation bound is not weighed: a backfill (see Limiter.backfillLocked)
+// takes a slot the head cannot use now.
+func (s *policy) behind(w *waiter, n int) []*waiter {
+	return s.queue.behind(w, n)
+}
+
 // enqueue queues w, displacing the waiter the queue's room rule names
 // when the queue has no room for w; it returns that waiter (nil: none),
 // which the caller refuses with ErrShed.

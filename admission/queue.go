@@ -172,25 +172,6 @@ func (q *fairQueue) returnsAtOrAbove(c int) int {
 	return n
 }
 
-// returnsBefore counts the waiters of class c and the classes above it
-// that came back after a refusal first made before since.
-func (q *fairQueue) returnsBefore(c int, since time.Time) int {
-	n := 0
-	for i := 0; i <= q.classOf(c); i++ {
-		if q.classes[i].returns == 0 {
-			continue
-		}
-		for _, f := range q.classes[i].active {
-			for e := f.waiters.Front(); e != nil; e = e.Next() {
-				if w := e.Value.(*waiter); w.cand.back > 0 && w.cand.since.Before(since) {
-					n++
-				}
-			}
-		}
-	}
-	return n
-}
-
 // first reports whether a new request of flow f would be the next
 // granted: no class above f's has waiters, f has none, and f, at the
 // counter it would have once waiting (see push), is served before every
@@ -461,4 +442,33 @@ func (q *fairQueue) positionOf(w *waiter) int {
 		}
 	}
 	return p + idx
+}
+
+// behind returns up to n waiters other than w: classes in priority order,
+// within a class its flows in the order next would take them, each flow's
+// waiters in order.
+func (q *fairQueue) behind(w *waiter, n int) []*waiter {
+	var out []*waiter
+	for i := range q.classes {
+		flows := slices.Clone(q.classes[i].active)
+		slices.SortStableFunc(flows, func(a, b *flow) int {
+			switch {
+			case before(a, a.vtc, b, b.vtc):
+				return -1
+			case before(b, b.vtc, a, a.vtc):
+				return 1
+			}
+			return 0
+		})
+		for _, f := range flows {
+			for e := f.waiters.Front(); e != nil; e = e.Next() {
+				if x := e.Value.(*waiter); x != w {
+					if out = append(out, x); len(out) == n {
+						return out
+					}
+				}
+			}
+		}
+	}
+	return out
 }

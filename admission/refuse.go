@@ -10,7 +10,6 @@ import "time"
 func (l *Limiter) enqueueLocked(now time.Time, w *waiter) {
 	if v := l.s.enqueue(w); v != nil {
 		v.err, v.state = ErrShed, l.stateLocked(now, l.s.queue.position(v.flow))
-		l.placeLocked(now, &v.state, v.flow.key.class, v.cand)
 		close(v.ready)
 	}
 }
@@ -79,7 +78,7 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	l.tallyLocked(now)
 	q := l.s.queue
 	defer func() {
-		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), req.refusals, req.Retries, req.since, re.RetryAfter)
+		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), max(req.PromptTokens, 0), req.refusals, req.Retries, req.since, re.RetryAfter)
 	}()
 	f := q.flows[flowKey{q.classOf(req.Class), req.Tenant}]
 	if f == nil {

@@ -30,8 +30,6 @@ type Ticket struct {
 	aheadSpan    time.Duration
 	step         time.Duration // the decode step predicted at the grant (0: unknown)
 	generated    atomic.Int64
-	expect       int       // the output tokens it is expected to make (schedule.go; 0: unknown)
-	firstAt      time.Time // its first token; guarded by l.mu
 }
 
 // Served records the tokens the request was served (prompt and output,

@@ -312,7 +312,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
-		PromptTokens: req.PromptTokens, Release: s.Release, Away: s.Away, Lateness: s.Lateness, LastTry: s.LastTry}
+		PromptTokens: req.PromptTokens}
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}
@@ -345,8 +345,7 @@ func (r *Loop) Refused(_ admission.Request, s admission.State) time.Duration {
 	defer r.mu.Unlock()
 	r.rejected++
 	r.noteLocked(s.Running, s.Queued)
-	q := Query{Ahead: max(s.Position-1, 0), Release: s.Release, Away: s.Away, Lateness: s.Lateness}
-	return max(r.c.PromiseFor(now, q), time.Nanosecond)
+	return max(r.c.Promise(now, max(s.Position-1, 0)), time.Nanosecond)
 }
 
 // Cap returns the current cap.

@@ -38,18 +38,6 @@ type Query struct {
 	// PromptTokens is the request's prompt as the gateway estimates it (0:
 	// unknown).
 	PromptTokens int
-	// Release is the limiter's predicted time until the slot of the
-	// request's place in line frees (admission.State.Release: its place
-	// counts the refused requests expected back before it); 0 when it
-	// cannot predict it. Away is the number of those refused requests, and
-	// Lateness how late refused clients come back after their Retry-After.
-	Release  time.Duration
-	Away     int
-	Lateness time.Duration
-	// LastTry is true for a request whose client will not retry a
-	// refusal (admission.State.LastTry): refused, it fails in its
-	// application.
-	LastTry bool
 }
 
 // slotInterval is the predicted mean time between two slot releases at the
@@ -211,12 +199,6 @@ type Verdict struct {
 // since the limiter would time it out anyway; otherwise it may wait up to
 // the bound and miss its target.
 func (c *Controller) Admit(now time.Time, q Query) Verdict {
-	if q.LastTry {
-		// A refusal is a last resort: this one fails its client's
-		// request. It queues (first among those that come back) for as
-		// long as its queue bound lets it.
-		return Verdict{OK: true, Cap: c.cap}
-	}
 	if q.Paced {
 		return c.admitPaced(now, q)
 	}
@@ -227,13 +209,10 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if budget <= 0 {
 		return Verdict{OK: true, Cap: c.cap} // no TTFT or E2E bound: no deadline to miss
 	}
-	wait, known := c.waitBound(q.Ahead + q.Away)
-	if q.Release > 0 {
-		wait, known = q.Release, true // the limiter's release schedule
-	}
+	wait, known := c.waitBound(q.Ahead)
 	eng := c.engineTTFTOf(now, q.PromptTokens)
 	if byE2E {
-		wait, known = c.waitQuantile(q.Ahead + q.Away)
+		wait, known = c.waitQuantile(q.Ahead)
 		eng = c.predictedEngineE2E(now)
 	} else {
 		budget = c.feasibleTTFT(q)
@@ -251,20 +230,7 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if c.raiseForBurst(now) {
 		return Verdict{OK: true, Raised: true, Cap: c.cap}
 	}
-	return Verdict{RetryAfter: c.retryFor(now, q, budget-eng), Cap: c.cap}
-}
-
-// retryFor is the Retry-After of a refused request with budget left for
-// queueing: when the limiter predicts the release of the slot of its place
-// in line, that release less half the budget and the clients' lateness,
-// so that it comes back a little before its slot frees and queues for it
-// briefly (its client counts its TTFT from its return); else the promise
-// (see promise).
-func (c *Controller) retryFor(now time.Time, q Query, budget time.Duration) time.Duration {
-	if q.Release > 0 {
-		return max(q.Release-max(budget, 0)/2-max(q.Lateness, 0), 0)
-	}
-	return c.promise(now, q.Ahead, budget)
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, budget-eng), Cap: c.cap}
 }
 
 // deadline is the target the deadline check holds a request to: its TTFT
@@ -296,7 +262,7 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 	if queueBound(q) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
 		return Verdict{OK: true, Cap: c.cap}
 	}
-	return Verdict{RetryAfter: c.retryFor(now, q, t.TTFT-eng), Cap: c.cap}
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng), Cap: c.cap}
 }
 
 // feasibleTTFT is the TTFT target the deadline check holds a request to:
@@ -435,12 +401,6 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 // is not a query.
 func (c *Controller) Promise(now time.Time, queued int) time.Duration {
 	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now))
-}
-
-// PromiseFor is Promise for a request whose place the limiter predicts
-// (Query.Release): that release less half the budget (see retryFor).
-func (c *Controller) PromiseFor(now time.Time, q Query) time.Duration {
-	return c.retryFor(now, q, c.cfg.TTFT-c.predictedEngineTTFT(now))
 }
 
 // promiseHorizon bounds how far ahead the controller hands out slots to
