@@ -35,13 +35,13 @@ const returnGrace = 1500 * time.Millisecond
 const lastTry = 2
 
 // maxAway bounds the refused requests remembered at once; beyond it the
-// one due back last is forgotten.
+// one whose grace ends first is forgotten (a flood of refused requests
+// that never come back costs a heap operation each, not a scan).
 const maxAway = 1 << 16
 
 // away is one refused request expected back.
 type away struct {
 	key      uint64
-	class    int       // its priority class
 	refusals int       // times refused so far
 	since    time.Time // its first refusal: its place in line
 	prompt   int       // its prompt tokens (estimated)
@@ -184,11 +184,12 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 	return a.refusals, a.since
 }
 
-// refused counts a refusal at now of a request of fingerprint key refused
-// refusals times before, whose client counts retries retries (-1: it does
-// not say), told to come back after retry; it is expected back unless
-// this was its client's last try.
-func (o *outside) refused(now time.Time, key uint64, class, prompt, refusals, retries int, since time.Time, retry time.Duration) {
+// refused counts a refusal at now of a request of fingerprint key and
+// prompt tokens prompt, refused refusals times before (first at since;
+// zero: now), whose client counts retries retries (0 when it does not
+// say), told to come back after retry; it is expected back unless this was
+// its client's last try.
+func (o *outside) refused(now time.Time, key uint64, prompt, refusals, retries int, since time.Time, retry time.Duration) {
 	if refusals > 0 {
 		o.again++
 	}
@@ -203,19 +204,13 @@ func (o *outside) refused(now time.Time, key uint64, class, prompt, refusals, re
 		o.forget(a) // the same body refused twice at once: one is expected
 	}
 	if len(o.due) >= maxAway {
-		last := 0
-		for i, a := range o.due {
-			if a.until.After(o.due[last].until) {
-				last = i
-			}
-		}
-		o.forget(o.due[last])
+		o.forget(o.due[0]) // the one whose grace ends first
 	}
 	due := now.Add(retry)
 	if since.IsZero() {
 		since = now
 	}
-	a := &away{key: key, class: class, prompt: prompt, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
+	a := &away{key: key, prompt: prompt, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
 	o.promptSum += prompt
 	o.byKey[key] = a
 	heap.Push(&o.due, a)

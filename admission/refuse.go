@@ -78,7 +78,7 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	l.tallyLocked(now)
 	q := l.s.queue
 	defer func() {
-		l.o.refused(now, req.Fingerprint, q.classOf(req.Class), max(req.PromptTokens, 0), req.refusals, req.Retries, req.since, re.RetryAfter)
+		l.o.refused(now, req.Fingerprint, max(req.PromptTokens, 0), req.refusals, req.Retries, req.since, re.RetryAfter)
 	}()
 	f := q.flows[flowKey{q.classOf(req.Class), req.Tenant}]
 	if f == nil {
