@@ -21,11 +21,11 @@ type adaptive struct {
 }
 
 var (
-	_ CapControl        = (*adaptive)(nil)
-	_ StatusReporter    = (*adaptive)(nil)
-	_ proxy.Observer    = (*adaptive)(nil)
-	_ admission.Gate    = (*adaptive)(nil)
-	_ admission.Refuser = (*adaptive)(nil)
+	_ CapControl           = (*adaptive)(nil)
+	_ StatusReporter       = (*adaptive)(nil)
+	_ proxy.ChunksObserver = (*adaptive)(nil)
+	_ admission.Gate       = (*adaptive)(nil)
+	_ admission.Refuser    = (*adaptive)(nil)
 )
 
 // newAdaptive builds the gateway's controller from its configuration:
@@ -68,8 +68,17 @@ func (a *adaptive) FirstChunk(fc proxy.FirstChunk) {
 	a.Loop.FirstChunk(fc.At, fc.Running, fc.EngineTTFT)
 }
 
-// Chunk implements proxy.Observer.
+// Chunk implements proxy.Observer; the proxy calls Chunks instead.
 func (a *adaptive) Chunk(ch proxy.Chunk) { a.Loop.Chunk(ch.At, ch.Running, ch.Gap) }
+
+// Chunks implements proxy.ChunksObserver: the chunks of one flush, one
+// lock of the loop for all.
+func (a *adaptive) Chunks(cs []proxy.Chunk) {
+	a.Loop.Chunks(len(cs), func(i int) (time.Time, int, time.Duration) {
+		c := &cs[i]
+		return c.At, c.Running, c.Gap
+	})
+}
 
 // Done implements proxy.Observer; the running count is read from the
 // limiter as the request ends.

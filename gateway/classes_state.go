@@ -108,7 +108,7 @@ func (c *classCollector) Collect(ch chan<- prometheus.Metric) {
 // per class is the rate of outcome="good").
 type classRequests struct{ v *prometheus.CounterVec }
 
-var _ proxy.Observer = classRequests{}
+var _ proxy.GapObserver = classRequests{}
 
 // newClassRequests registers the counter, with the good requests of each
 // class at zero from the start.
@@ -126,6 +126,7 @@ func newClassRequests(reg prometheus.Registerer, classes []admission.ClassConfig
 
 func (classRequests) FirstChunk(proxy.FirstChunk) {}
 func (classRequests) Chunk(proxy.Chunk)           {}
+func (classRequests) Gaps([]proxy.Chunk)          {} // a batch, not a call per chunk: it takes none
 func (c classRequests) Done(r slo.Record) {
 	c.v.WithLabelValues(r.Class, r.Outcome.String()).Inc()
 }

@@ -25,7 +25,9 @@
 //     controller and drains on shutdown, all under one errgroup.
 //   - metrics.go: the Prometheus metrics, fed as a proxy.Observer (counters,
 //     histograms) and read at scrape time (gauges of limiter and window);
-//     [DemandRatio], the autoscaling signal.
+//     [DemandRatio], the autoscaling signal. itl.go: kneecap_itl_seconds, a
+//     histogram of its own that takes a stream's gaps in batches and
+//     exposes what prometheus's histogram would.
 //   - adaptive.go: the gateway's own controller, an admission/control.Loop
 //     fed with the proxy's observations: adaptive with MaxConcurrency
 //     unset, fixed at it when set (it still answers the deadline check,
@@ -67,7 +69,11 @@
 //
 // Measurements flow one way: the proxy reports each observation to a fan-out
 // (proxy.Observers) of the window, the metrics, the controller when it is
-// an observer, and any observer added with [WithObserver].
+// an observer, and any observer added with [WithObserver]. Each takes a
+// stream's later chunks its own way: the controller the chunks of each
+// flush (proxy.ChunksObserver: every gap, at its moment), the window and
+// the ITL histogram batches of them (proxy.GapObserver: every gap, by the
+// end of the stream), an observer added with WithObserver one at a time.
 //
 // # Concurrency model
 //

@@ -473,9 +473,16 @@ func (g *Gateway) shutdown(traffic, admin *http.Server, agent net.Listener) {
 	g.log.Info("drained")
 }
 
-// windowObserver feeds the sliding window.
+// windowObserver feeds the sliding window: a stream's gaps in batches
+// (proxy.GapObserver), its record when it ends.
 type windowObserver struct{ w *slo.Window }
 
+var _ proxy.GapObserver = windowObserver{}
+
 func (o windowObserver) FirstChunk(proxy.FirstChunk) {}
-func (o windowObserver) Chunk(c proxy.Chunk)         { o.w.AddITL(c.At, c.Gap) }
+func (o windowObserver) Chunk(c proxy.Chunk)         { o.w.AddITL(c.At, c.Gap) } // the proxy calls Gaps
 func (o windowObserver) Done(r slo.Record)           { o.w.Add(time.Now(), &r) }
+
+func (o windowObserver) Gaps(cs []proxy.Chunk) {
+	o.w.AddITLs(len(cs), func(i int) (time.Time, time.Duration) { return cs[i].At, cs[i].Gap })
+}

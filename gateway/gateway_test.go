@@ -224,7 +224,8 @@ func TestMetricNames(t *testing.T) {
 			t.Errorf("metric %s missing from /metrics", name)
 		}
 	}
-	for _, series := range []string{`kneecap_ttft_seconds_count{kind="client"} 1`, `kneecap_ttft_seconds_count{kind="engine"} 1`, `kneecap_output_tokens_total 4`} {
+	for _, series := range []string{`kneecap_ttft_seconds_count{kind="client"} 1`, `kneecap_ttft_seconds_count{kind="engine"} 1`, `kneecap_output_tokens_total 4`,
+		"kneecap_itl_seconds_count 3", `kneecap_itl_seconds_bucket{le="+Inf"} 3`} { // every gap of the stream, once it has ended
 		if !strings.Contains(body, series) {
 			t.Errorf("series %q missing", series)
 		}

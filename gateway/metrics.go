@@ -22,7 +22,7 @@ type metrics struct {
 	ttftClient   prometheus.Observer
 	ttftEngine   prometheus.Observer
 	tpot         prometheus.Histogram
-	itl          prometheus.Histogram
+	itl          *itlHistogram
 	e2e          prometheus.Histogram
 	queueWait    prometheus.Histogram
 	outputTokens prometheus.Counter
@@ -34,7 +34,7 @@ type metrics struct {
 	reassembled, whole atomic.Int64
 }
 
-var _ proxy.Observer = (*metrics)(nil)
+var _ proxy.GapObserver = (*metrics)(nil)
 
 // histogram options shared by the latency histograms: classic buckets for
 // every scraper, plus native (sparse) buckets where the server accepts them.
@@ -60,9 +60,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tpot: prometheus.NewHistogram(histogram("kneecap_tpot_seconds",
 			"Time per output token after the first, (E2E - TTFT) / (output_tokens - 1), of streamed requests with two or more output tokens.",
 			prometheus.ExponentialBucketsRange(0.001, 2, 20))),
-		itl: prometheus.NewHistogram(histogram("kneecap_itl_seconds",
-			"Gaps between successive output chunks, pooled over requests.",
-			prometheus.ExponentialBucketsRange(0.001, 5, 20))),
 		e2e: prometheus.NewHistogram(histogram("kneecap_e2e_seconds",
 			"Time from arrival to the last output of completed requests.",
 			prometheus.ExponentialBucketsRange(0.05, 600, 20))),
@@ -86,6 +83,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Admitted generation requests whose clients did not stream, by route and how they were relayed: reassembled (streamed from the engine, measured, answered whole) or whole (relayed as they were, only their end-to-end time and usage measured).",
 		}, []string{"route", "relay"}),
 	}
+	itl, err := newITLHistogram(histogram("kneecap_itl_seconds",
+		"Gaps between successive output chunks, pooled over requests.",
+		prometheus.ExponentialBucketsRange(0.001, 5, 20)))
+	if err != nil {
+		panic(err) // only for options newITLHistogram does not take
+	}
+	m.itl = itl
 	m.ttftClient = m.ttft.WithLabelValues("client")
 	m.ttftEngine = m.ttft.WithLabelValues("engine")
 	for _, r := range []string{"queue_full", "queue_timeout", "deadline", "draining"} {
@@ -126,8 +130,15 @@ func (m *metrics) rejectedByReason() map[string]int64 {
 // FirstChunk implements proxy.Observer; TTFTs are taken from the record.
 func (m *metrics) FirstChunk(proxy.FirstChunk) {}
 
-// Chunk implements proxy.Observer.
-func (m *metrics) Chunk(c proxy.Chunk) { m.itl.Observe(c.Gap.Seconds()) }
+// Chunk implements proxy.Observer; the proxy calls Gaps instead.
+func (m *metrics) Chunk(c proxy.Chunk) {
+	m.itl.add(1, func(int) float64 { return c.Gap.Seconds() })
+}
+
+// Gaps implements proxy.GapObserver: a stream's gaps, in batches.
+func (m *metrics) Gaps(cs []proxy.Chunk) {
+	m.itl.add(len(cs), func(i int) float64 { return cs[i].Gap.Seconds() })
+}
 
 // Done implements proxy.Observer.
 func (m *metrics) Done(r slo.Record) {

@@ -62,14 +62,10 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 		}
 		finished = finished || info.Finished
 		if info.HasOutput {
-			switch fc, c, first, report := p.output(x, &m, now, timer); {
-			case first:
-				if report {
-					p.obs.FirstChunk(fc) // before the limiter's wake (see relayStream)
-				}
+			first := p.output(x, &m, now, timer)
+			p.observe(x, &m) // before the limiter's wake (see relayStream)
+			if first {
 				x.ticket.FirstToken() // nothing to flush first: the next prefill may start
-			case report:
-				p.obs.Chunk(c)
 			}
 		}
 		if err := asm.AddInspected(ev.Data); err != nil { // InspectAs accepted it: valid JSON
@@ -82,6 +78,7 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 			break
 		}
 	}
+	p.observeEnd(x, &m)
 	if usage != nil {
 		m.settle(x, *usage, true)
 	} else {

@@ -58,7 +58,12 @@
 //   - budget.go: the budget of request body bytes held across requests.
 //   - observer.go: [Observer], the live feed of measurements (first chunk,
 //     later chunks, finished record), each tagged with the number of
-//     requests running on the engine; [Observers] fans out.
+//     requests running on the engine; [Observers] fans out. An observer
+//     takes later chunks one at a time once each is flushed, or the
+//     chunks of a flush in one call ([ChunksObserver]), or, for an
+//     aggregate, in batches by the end of the stream ([GapObserver]). The
+//     chunks wait in the exchange's queue (meter.go); the ticket hears of
+//     the output once per flush, before the observers.
 //   - proxytest/: a fake engine speaking vLLM, SGLang and llama.cpp chunk
 //     shapes, and an in-memory listener for testing/synctest bubbles.
 //

@@ -32,6 +32,7 @@ type exchange struct {
 	idle       *idleWatch        // bounds the engine's silence; nil without a bound
 	prompt     wire.PromptSize   // the body's measure of its prompt (see estimator)
 	reuse      reuseTrace        // whether the engine request went out on a reused connection
+	chunks     chunkQueue        // later output chunks waiting for their observers
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {

@@ -118,6 +118,7 @@ type Proxy struct {
 	cfg       Config
 	transport *upstream
 	obs       Observer
+	fan       fanout // obs split by how each takes later chunks
 	log       *slog.Logger
 	pass      *httputil.ReverseProxy
 	routes    *router
@@ -143,6 +144,7 @@ func New(cfg Config) (*Proxy, error) {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.fan = newFanout(p.obs)
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}

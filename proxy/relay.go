@@ -21,16 +21,19 @@ const maxWholeBody = 8 << 20
 // error status, or a body over maxWholeBody).
 var errNotInspected = errors.New("proxy: body not inspected")
 
-// maxPendingObs bounds the observations that wait for a flush (2 KiB).
-// Events that arrived together leave in one flush; the response's 4 KiB
-// write buffer already sends them out every 20 or so events of a typical
-// size, so the bound rarely adds a write.
+// maxPendingObs bounds the observations that wait for a flush, and is the
+// size of a stream's queue of chunks (chunkQueue, 2 KiB) and so of the
+// batches of GapObservers. Events that arrived together leave in one
+// flush; the response's 4 KiB write buffer already sends them out every 20
+// or so events of a typical size, so the bound rarely adds a write.
 const maxPendingObs = 32
 
 // relayStream relays an SSE response event by event, flushing each at
 // once, and measures it. Per event it does one wire.Inspect and no other
-// allocation: the event reader reuses its buffers and observations are
-// passed by value.
+// allocation: the event reader reuses its buffers and observations wait in
+// the exchange's queue. Per flush it tells the ticket of the output, the
+// observers of the chunks flushed; per stream (or full queue) the
+// observers of batches.
 func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Response, timer *time.Timer) {
 	w, rec := x.w, &x.rec
 	copyResponseHeaders(w.Header(), resp.Header)
@@ -43,19 +46,15 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	clientGone := writeErr != nil
 
 	var (
+		// Observations wait in m and x.chunks until their chunks are
+		// flushed to the client, so that no observer can delay a client;
+		// they keep the time each chunk arrived.
 		m         outputMeter
 		usage     wire.Usage
 		haveUsage bool
 		done      bool // saw [DONE] or a finish_reason
 		errEvent  bool
 		readErr   error
-		// Observations wait here until their chunks are flushed to the
-		// client, so that no observer can delay a client; they keep the
-		// time each chunk arrived. The queue starts small and grows (up to
-		// maxPendingObs) only for streams whose events arrive together.
-		firstObs     FirstChunk
-		haveFirstObs bool
-		chunkObs     = make([]Chunk, 0, 4)
 		// The limiter hears of the first token once it has been flushed
 		// too: its lock is every request's (Acquire, Release), and a
 		// holder that the OS deschedules must not hold back the bytes a
@@ -92,14 +91,8 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 				// Drop the usage-only chunk the gateway asked for and the
 				// client did not.
 				forward = !(info.UsageOnly && x.stripUsage)
-				if info.HasOutput {
-					switch fc, c, first, report := p.output(x, &m, now, timer); {
-					case first:
-						tellFirst = true
-						firstObs, haveFirstObs = fc, report
-					case report:
-						chunkObs = append(chunkObs, c)
-					}
+				if info.HasOutput && p.output(x, &m, now, timer) {
+					tellFirst = true
 				}
 			}
 		}
@@ -112,7 +105,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		}
 		// Flush once the reader holds no event that already arrived, or
 		// when the queue of observations waiting for a flush is full.
-		if dirty && (consumed == src.n || len(chunkObs) >= maxPendingObs) {
+		if dirty && (consumed == src.n || x.chunks.waiting() >= maxPendingObs) {
 			dirty = false
 			if writeErr = rc.Flush(); writeErr != nil {
 				clientGone = true
@@ -122,7 +115,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 			// The controller hears of the first token before the
 			// limiter does: what the limiter's wake then decides (a
 			// grant, a refusal and its Retry-After) sees it.
-			p.observe(&firstObs, &haveFirstObs, &chunkObs)
+			p.observe(x, &m)
 			if tellFirst {
 				x.ticket.FirstToken()
 				tellFirst = false
@@ -135,7 +128,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	if dirty && !clientGone {
 		_ = rc.Flush()
 	}
-	p.observe(&firstObs, &haveFirstObs, &chunkObs)
+	p.observeEnd(x, &m)
 	if tellFirst {
 		x.ticket.FirstToken()
 	}
@@ -165,19 +158,6 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 		// Ended cleanly but with neither [DONE] nor a finish_reason: cut short.
 		x.breakOff(errStreamEnded)
 	}
-}
-
-// observe delivers the observations of chunks that have been flushed to the
-// client, and empties the queue (keeping its storage).
-func (p *Proxy) observe(first *FirstChunk, haveFirst *bool, chunks *[]Chunk) {
-	if *haveFirst {
-		p.obs.FirstChunk(*first)
-		*haveFirst = false
-	}
-	for _, c := range *chunks {
-		p.obs.Chunk(c)
-	}
-	*chunks = (*chunks)[:0]
 }
 
 // clientDeadline keeps a write deadline on the client's connection about

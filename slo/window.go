@@ -161,34 +161,56 @@ func (w *Window) bucketLocked(now time.Time) *bucket {
 
 func seconds(d time.Duration) float64 { return max(d.Seconds(), 0) }
 
-// AddITL records one gap between successive output chunks. It takes the
-// first free shard from a random one, and waits only when all are held at
-// that instant: a holder that the OS deschedules then delays no stream.
+// AddITL records one gap between successive output chunks, whose chunk
+// arrived at now.
 func (w *Window) AddITL(now time.Time, gap time.Duration) {
-	e := w.epoch(now)
+	sh := w.itlShard()
+	sh.addLocked(w.epoch(now), gap)
+	sh.mu.Unlock()
+}
+
+// AddITLs records n gaps at once (a stream's, in batches): gap(i) is the
+// i-th and when its chunk arrived. It takes one shard's lock for all of
+// them, and each goes to the bucket of its own arrival, as with AddITL.
+func (w *Window) AddITLs(n int, gap func(i int) (at time.Time, d time.Duration)) {
+	if n <= 0 {
+		return
+	}
+	sh := w.itlShard()
+	for i := range n {
+		at, d := gap(i)
+		sh.addLocked(w.epoch(at), d)
+	}
+	sh.mu.Unlock()
+}
+
+// itlShard returns an ITL shard, locked. It takes the first free shard
+// from a random one, and waits only when all are held at that instant: a
+// holder that the OS deschedules then delays no stream.
+func (w *Window) itlShard() *itlShard {
 	start := rand.Uint32()
-	var sh *itlShard
 	for i := range uint32(itlShards) {
 		if c := &w.itl[(start+i)%itlShards]; c.mu.TryLock() {
-			sh = c
-			break
+			return c
 		}
 	}
-	if sh == nil {
-		sh = &w.itl[start%itlShards]
-		sh.mu.Lock()
-	}
+	sh := &w.itl[start%itlShards]
+	sh.mu.Lock()
+	return sh
+}
+
+// addLocked adds a gap to the sketch of epoch e.
+func (sh *itlShard) addLocked(e int64, gap time.Duration) {
 	i := e % buckets
 	if sh.epochs[i] != e {
 		sh.sk[i].Clear()
 		sh.epochs[i] = e
 	}
 	_ = sh.sk[i].Add(seconds(gap))
-	sh.mu.Unlock()
 }
 
 // Add records a finished request. Its ITL gaps are not in the record; they
-// come through AddITL as they happen.
+// come through AddITL or AddITLs.
 func (w *Window) Add(now time.Time, r *Record) {
 	tpot, hasTPOT := r.TPOT()
 	w.mu.Lock()

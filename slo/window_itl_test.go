@@ -36,3 +36,30 @@ func TestAddITLTakesAFreeShard(t *testing.T) {
 		t.Errorf("ITL count %d, want %d", n, itlShards)
 	}
 }
+
+// TestAddITLsAsAddITL: gaps added in a batch give the statistics they give
+// one at a time, each in the bucket of its own arrival (the batch spans
+// three buckets, and its first gaps fall out of the window).
+func TestAddITLsAsAddITL(t *testing.T) {
+	t0 := time.Now()
+	one, batch := NewWindow(time.Minute, t0), NewWindow(time.Minute, t0)
+	type gap struct {
+		at time.Time
+		d  time.Duration
+	}
+	var gaps []gap
+	for i := range 200 {
+		gaps = append(gaps, gap{t0.Add(time.Duration(i) * 70 * time.Millisecond), time.Duration(1+i%37) * time.Millisecond})
+	}
+	for _, g := range gaps {
+		one.AddITL(g.at, g.d)
+	}
+	batch.AddITLs(len(gaps), func(i int) (time.Time, time.Duration) { return gaps[i].at, gaps[i].d })
+	batch.AddITLs(0, nil)
+	for _, at := range []time.Duration{10 * time.Second, 65 * time.Second} {
+		a, b := one.Stats(t0.Add(at)).ITL, batch.Stats(t0.Add(at)).ITL
+		if a != b || a.Count == 0 {
+			t.Errorf("at %v: one at a time %+v, in a batch %+v", at, a, b)
+		}
+	}
+}

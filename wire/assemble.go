@@ -184,6 +184,10 @@ func (a *Assembler) first(n *node, v []byte) {
 	a.last(n, v)
 }
 
+// messageKey is the key a chat choice's delta is merged under (field
+// copies it when it adds it; a conversion at each chunk allocated).
+var messageKey = []byte(`"message"`)
+
 // member is one member of an object, its key with its quotes.
 type member struct{ k, v []byte }
 
@@ -207,7 +211,7 @@ func (a *Assembler) choice(choices *node, c []byte) {
 		k, v := m.k, m.v
 		switch {
 		case keyIs(k, "delta"), keyIs(k, "message"):
-			a.accumulate(a.field(ch, []byte(`"message"`), kindObject), v)
+			a.accumulate(a.field(ch, messageKey, kindObject), v)
 		case keyIs(k, "text"), keyIs(k, "logprobs"):
 			a.accumulate(a.field(ch, k, kindRaw), v)
 		default:

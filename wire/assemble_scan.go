@@ -85,44 +85,71 @@ func (s *rawScan) skipString() {
 // members calls fn with each member of the object v (keys with their
 // quotes), in order. It reports false if v is not an object.
 func members(v []byte, fn func(key, val []byte)) bool {
-	return each(v, '{', '}', func(s *rawScan) {
-		k := s.value()
-		s.ws()
-		s.i++ // ':'
-		fn(k, s.value())
-	})
+	it := items(v, '{', '}')
+	for it.next() {
+		k := it.s.value()
+		it.s.ws()
+		it.s.i++ // ':'
+		fn(k, it.s.value())
+	}
+	return it.ok
 }
 
 // elements calls fn with each element of the array v, in order. It
 // reports false if v is not an array.
 func elements(v []byte, fn func(val []byte)) bool {
-	return each(v, '[', ']', func(s *rawScan) { fn(s.value()) })
+	it := items(v, '[', ']')
+	for it.next() {
+		fn(it.s.value())
+	}
+	return it.ok
 }
 
-// each walks the object or array v (opened by open, closed by end),
-// calling item at the start of each member or element. It reports false
-// if v does not open with open or ends before end.
-func each(v []byte, open, end byte, item func(s *rawScan)) bool {
-	s := rawScan{b: v}
-	s.ws()
-	if s.i >= len(s.b) || s.b[s.i] != open {
+// itemWalk walks the items of an object or an array, the one walk members
+// and elements share. It is a value its caller loops over, not a function
+// that calls back with a pointer to its scan: such a pointer, passed to a
+// function value, made every walk allocate its scan (several per chunk of
+// a reassembled stream).
+type itemWalk struct {
+	s        rawScan
+	end      byte
+	ok, done bool // ok: v was whole (opened by open, closed by end)
+}
+
+// items starts a walk of the object or array v, opened by open and closed
+// by end.
+func items(v []byte, open, end byte) itemWalk {
+	it := itemWalk{s: rawScan{b: v}, end: end}
+	it.s.ws()
+	if it.s.i >= len(it.s.b) || it.s.b[it.s.i] != open {
+		it.done = true
+		return it
+	}
+	it.s.i++
+	return it
+}
+
+// next moves to the start of the next item, reporting false at the end
+// (ok then says whether v ended with end).
+func (it *itemWalk) next() bool {
+	if it.done {
 		return false
 	}
-	s.i++
-	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case end:
-			return true
-		case ',':
-			s.i++
-			s.ws()
-		}
-		item(&s)
+	s := &it.s
+	s.ws()
+	if s.i >= len(s.b) {
+		it.done = true
+		return false
 	}
+	switch s.b[s.i] {
+	case it.end:
+		it.done, it.ok = true, true
+		return false
+	case ',':
+		s.i++
+		s.ws()
+	}
+	return true
 }
 
 // keyIs reports whether the raw key (with its quotes) names name.

@@ -249,20 +249,38 @@ func (r *Loop) FirstChunk(now time.Time, running int, engineTTFT time.Duration) 
 // descheduling. An observation that finds the mutex held is queued for the
 // next holder; the retry below applies it at once if the holder has left.
 func (r *Loop) Chunk(now time.Time, running int, gap time.Duration) {
-	kv := r.l.ResidentKV()
+	r.Chunks(1, func(int) (time.Time, int, time.Duration) { return now, running, gap })
+}
+
+// Chunks records n gaps as n calls of Chunk would, in order, with the
+// limiter's resident KV tokens read at each (a stream's chunks of one
+// flush): chunk(i) is the i-th gap, when it came and the requests running
+// then. It takes the loop's mutex once for all of them, or queues them all
+// when it is held.
+func (r *Loop) Chunks(n int, chunk func(i int) (now time.Time, running int, gap time.Duration)) {
+	if n <= 0 {
+		return
+	}
 	if !r.mu.TryLock() {
-		r.gaps.add(pendingGap{at: now, running: running, kv: kv, gap: gap})
+		for i := range n {
+			now, running, gap := chunk(i)
+			r.gaps.add(pendingGap{at: now, running: running, kv: r.l.ResidentKV(), gap: gap})
+		}
 		if !r.mu.TryLock() {
-			return // the holder, or the next one, applies it
+			return // the holder, or the next one, applies them
 		}
 		r.applyGapsLocked()
 		r.mu.Unlock()
 		return
 	}
 	r.applyGapsLocked()
-	r.noteLocked(running, 0)
-	r.c.ObserveGap(now, running, gap)
-	r.c.ObserveStep(now, running, kv, gap)
+	for i := range n {
+		now, running, gap := chunk(i)
+		kv := r.l.ResidentKV()
+		r.noteLocked(running, 0)
+		r.c.ObserveGap(now, running, gap)
+		r.c.ObserveStep(now, running, kv, gap)
+	}
 	r.mu.Unlock()
 }
 

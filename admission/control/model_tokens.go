@@ -256,15 +256,25 @@ func (f *planeFit) add(now time.Time, tau time.Duration, u, v, y float64) {
 		return
 	}
 	f.decay(now, tau)
-	x := [3]float64{1, u, v}
+	// The sums of x x^T and x y for x = (1, u, v), written out: a sample
+	// per output chunk. Each sum gets exactly the product the loop over x
+	// gave it (1 times a value is that value; u v and v u are the same
+	// float).
 	f.w++
 	f.samples++
-	for i := range 3 {
-		f.r[i] += x[i] * y
-		for j := range 3 {
-			f.m[i][j] += x[i] * x[j]
-		}
-	}
+	f.r[0] += y
+	f.r[1] += u * y
+	f.r[2] += v * y
+	uv := u * v
+	f.m[0][0]++
+	f.m[0][1] += u
+	f.m[0][2] += v
+	f.m[1][0] += u
+	f.m[1][1] += u * u
+	f.m[1][2] += uv
+	f.m[2][0] += v
+	f.m[2][1] += uv
+	f.m[2][2] += v * v
 }
 
 // scale multiplies the fit by f (every sample's y, so every coefficient)

@@ -113,3 +113,45 @@ func TestNoTokenBudget(t *testing.T) {
 		t.Fatalf("status %+v: want the model shown, the budget off", st)
 	}
 }
+
+// TestPlaneFitAddSameSums: planeFit.add, written out, leaves every sum bit
+// for bit where the loop over x = (1, u, v) it replaced left it, over
+// samples of a stream's chunks (decays, scales and refits between them).
+func TestPlaneFitAddSameSums(t *testing.T) {
+	var got, want planeFit
+	loopAdd := func(f *planeFit, now time.Time, tau time.Duration, u, v, y float64) {
+		if !finite(u) || !finite(v) || !finite(y) {
+			return
+		}
+		f.decay(now, tau)
+		x := [3]float64{1, u, v}
+		f.w++
+		f.samples++
+		for i := range 3 {
+			f.r[i] += x[i] * y
+			for j := range 3 {
+				f.m[i][j] += x[i] * x[j]
+			}
+		}
+	}
+	now, tau := time.Unix(0, 0), time.Minute
+	for i := range 200000 {
+		now = now.Add(time.Duration(1+(i*7919)%5000) * time.Microsecond)
+		u := float64(1 + (i*31)%97)
+		v := float64((i*104729)%200000) + 0.37*float64(i%11)
+		y := 0.004 + 1e-5*u + 3e-8*v + 1e-4*math.Sin(float64(i))
+		got.add(now, tau, u, v, y)
+		loopAdd(&want, now, tau, u, v, y)
+		switch i % 50000 {
+		case 12345:
+			got.scale(1.3, 0.1)
+			want.scale(1.3, 0.1)
+		case 33333:
+			got.fit(now, tau)
+			want.fit(now, tau)
+		}
+	}
+	if got != want {
+		t.Fatalf("sums differ:\nwritten out %+v\nloop        %+v", got, want)
+	}
+}

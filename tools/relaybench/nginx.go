@@ -105,6 +105,12 @@ func kneecapEnv(listen, admin, upstream string, extra []string) []string {
 		// the deadline check refuses them (429 deadline), as it should in
 		// front of a real engine. Every chunk is still measured and judged.
 		"KNEECAP_PREFILL_PACING=false",
+		// The token budget (on by default, a static cap too) holds requests
+		// the same way once the engine's TTFT grows: on a loaded machine it
+		// refused most of the 1000 streams (429 deadline) and some of the
+		// 100. Its model still learns from every chunk (the controller
+		// observes each gap and the KV tokens the limiter counts).
+		"KNEECAP_TOKEN_BUDGET=false",
 	)
 	return append(env, extra...)
 }
