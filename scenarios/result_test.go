@@ -68,3 +68,17 @@ func TestEdgeTargets(t *testing.T) {
 		t.Errorf("default targets %+v", d)
 	}
 }
+
+// A listed miss is printed, not enforced; an unlisted miss and a check that
+// holds are left as they are.
+func TestMarkNotMet(t *testing.T) {
+	checks := []Check{
+		{What: "idle slots while demand waited at most half (0.04 vs 0.05)"},
+		{What: "adaptive >= 0.95 x oracle (0.9)"},
+		{What: "idle slots again", OK: true},
+	}
+	markNotMet(1, checks)
+	if checks[0].Reported == "" || checks[1].Reported != "" || checks[2].Reported != "" {
+		t.Fatalf("%+v", checks)
+	}
+}
