@@ -56,9 +56,9 @@ type Row struct {
 	AdaptiveOutside Outside `json:"adaptive_outside"`
 	// AloneUsers is the number of users the engine alone served best
 	// (0: not swept), AloneGoodput its goodput.
-	AloneUsers          int     `json:"alone_users,omitempty"`
-	AloneGoodput        float64 `json:"alone_goodput,omitempty"`
-	AdaptiveOverAlone   float64 `json:"adaptive_over_alone,omitempty"`
+	AloneUsers        int     `json:"alone_users,omitempty"`
+	AloneGoodput      float64 `json:"alone_goodput,omitempty"`
+	AdaptiveOverAlone float64 `json:"adaptive_over_alone,omitempty"`
 	// AdaptiveTodaysGoodput is the adaptive gateway's goodput with today's
 	// clients (every Retry-After up to 30 s honoured, forever), beside the
 	// SDKs' of the rest of the row, and its ratio to the oracle of the
@@ -66,8 +66,8 @@ type Row struct {
 	AdaptiveTodaysGoodput float64 `json:"adaptive_todays_goodput,omitempty"`
 	AdaptiveTodaysRatio   float64 `json:"adaptive_todays_ratio,omitempty"`
 	AdaptiveMedianTTFTm   float64 `json:"adaptive_median_ttft_ms"`
-	EngineMedianTTFTms  float64 `json:"engine_median_ttft_ms"`
-	Checks              []Check `json:"checks"`
+	EngineMedianTTFTms    float64 `json:"engine_median_ttft_ms"`
+	Checks                []Check `json:"checks"`
 }
 
 // Check is one threshold of the issue and whether it held.
