@@ -159,11 +159,22 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	start := time.Now()
 	// The gateway's count of the demand it turned away and the slot time
 	// it left idle, at the window's start and end.
-	var outside [2]admission.OutsideStats
+	var (
+		outsideMu sync.Mutex
+		outside   [2]admission.OutsideStats
+	)
 	if fe != nil {
 		lim := fe.gw.Limiter()
-		t0 := time.AfterFunc(r.Timing.Warmup, func() { outside[0] = lim.Outside() })
-		t1 := time.AfterFunc(r.Timing.Warmup+r.Timing.Window, func() { outside[1] = lim.Outside() })
+		take := func(i int) func() {
+			return func() {
+				o := lim.Outside()
+				outsideMu.Lock()
+				outside[i] = o
+				outsideMu.Unlock()
+			}
+		}
+		t0 := time.AfterFunc(r.Timing.Warmup, take(0))
+		t1 := time.AfterFunc(r.Timing.Warmup+r.Timing.Window, take(1))
 		defer t0.Stop()
 		defer t1.Stop()
 	}
@@ -214,7 +225,9 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	}
 	res := r.result(rep.Levels[0], start, traj)
 	if fe != nil {
+		outsideMu.Lock()
 		res.Outside = outsideOver(outside[0], outside[1], r.Timing.Window)
+		outsideMu.Unlock()
 	}
 	stopGateway()
 	cancel()
