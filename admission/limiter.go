@@ -201,6 +201,7 @@ func (l *Limiter) Acquire(ctx context.Context, req Request) (*Ticket, error) {
 			// step budget would spoil the running requests' time per
 			// token.)
 			w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false)
+			w.ticket.held = HoldReasons(w.held)
 			l.mu.Unlock()
 			return w.ticket, nil
 		}
@@ -342,7 +343,8 @@ func (l *Limiter) leaveLocked(w *waiter) bool {
 func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, class bool) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline,
+		limit: l.b.limit, runningAt: int(l.running.Load())}
 	t.charged = l.s.granted(now, f, class)
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))
@@ -396,6 +398,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 			continue
 		}
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
+		w.ticket.held = HoldReasons(w.held)
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
