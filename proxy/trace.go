@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"strconv"
 
@@ -31,6 +30,9 @@ import (
 // traceContext is the W3C Trace Context propagator.
 var traceContext = propagation.TraceContext{}
 
+// serverKind is the option of every span, made once.
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
+
 // spanState is what a traced request keeps for its span beyond its record.
 type spanState struct {
 	span      trace.Span
@@ -55,30 +57,24 @@ const (
 	attrFinish        = "gen_ai.response.finish_reasons"
 	attrErrorType     = "error.type"
 	attrStatus        = "http.response.status_code"
-	attrMethod        = "http.request.method"
-	attrPath          = "url.path"
 
-	attrRoute         = "kneecap.route"
-	attrClass         = "kneecap.class"
-	attrTenant        = "kneecap.tenant"
-	attrDecision      = "kneecap.admission.decision"
-	attrReason        = "kneecap.admission.reason"
-	attrCap           = "kneecap.admission.cap"
-	attrRunning       = "kneecap.admission.running"
-	attrQueueWait     = "kneecap.queue_wait_seconds"
-	attrPredTTFT      = "kneecap.predicted.ttft_seconds"
-	attrPredTPOT      = "kneecap.predicted.tpot_seconds"
-	attrTTFT          = "kneecap.ttft_seconds"
-	attrEngineTTFT    = "kneecap.engine_ttft_seconds"
-	attrTPOT          = "kneecap.tpot_seconds"
-	attrE2E           = "kneecap.e2e_seconds"
-	attrTargetTTFT    = "kneecap.target.ttft_seconds"
-	attrTargetTPOT    = "kneecap.target.tpot_seconds"
-	attrTargetE2E     = "kneecap.target.e2e_seconds"
-	attrPromptEst     = "kneecap.prompt_estimate"
-	attrOutcome       = "kneecap.outcome"
-	attrRetryAfter    = "kneecap.retry_after_seconds"
-	attrEstimatedUsed = "kneecap.usage_estimated"
+	attrClass      = "kneecap.class"
+	attrTenant     = "kneecap.tenant"
+	attrDecision   = "kneecap.admission.decision"
+	attrReason     = "kneecap.admission.reason"
+	attrCap        = "kneecap.admission.cap"
+	attrRunning    = "kneecap.admission.running"
+	attrQueueWait  = "kneecap.queue_wait_seconds"
+	attrPredTTFT   = "kneecap.predicted.ttft_seconds"
+	attrPredTPOT   = "kneecap.predicted.tpot_seconds"
+	attrTTFT       = "kneecap.ttft_seconds"
+	attrEngineTTFT = "kneecap.engine_ttft_seconds"
+	attrTPOT       = "kneecap.tpot_seconds"
+	attrTargetTTFT = "kneecap.target.ttft_seconds"
+	attrTargetTPOT = "kneecap.target.tpot_seconds"
+	attrTargetE2E  = "kneecap.target.e2e_seconds"
+	attrOutcome    = "kneecap.outcome"
+	attrRetryAfter = "kneecap.retry_after_seconds"
 
 	eventGrant = "kneecap.grant"
 	eventFirst = "kneecap.first_token"
@@ -118,7 +114,7 @@ func GenAI(route string) (operation, provider string) {
 func (p *Proxy) startSpan(x *exchange) {
 	ctx := traceContext.Extract(x.r.Context(), propagation.HeaderCarrier(x.r.Header))
 	op, _ := GenAI(x.rec.Route)
-	_, span := p.cfg.Tracer.Start(ctx, op, trace.WithSpanKind(trace.SpanKindServer), trace.WithTimestamp(x.rec.Arrival))
+	_, span := p.cfg.Tracer.Start(ctx, op, serverKind) // it starts now: at the record's Arrival, give or take a microsecond
 	x.tr = &spanState{span: span}
 }
 
@@ -141,41 +137,27 @@ func (s *spanState) propagate(h http.Header) {
 	traceContext.Inject(trace.ContextWithSpan(context.Background(), s.span), propagation.HeaderCarrier(h))
 }
 
-// answerFacts are the fields of an OpenAI chunk or answer the span reads.
-type answerFacts struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		FinishReason *string `json:"finish_reason"`
-	} `json:"choices"`
-}
-
 // maxFinish bounds the finish reasons kept (one per choice).
 const maxFinish = 16
 
 // noteAnswer reads the response model and the finish reasons of an OpenAI
-// chunk that finishes a choice, or of a whole answer. Other shapes are
-// not read.
+// chunk that finishes a choice, or of a whole answer (wire.Finish). Other
+// shapes are not read.
 func (s *spanState) noteAnswer(shape wire.Shape, data []byte) {
 	if shape != wire.ShapeOpenAI {
 		return
 	}
-	var a answerFacts
-	if json.Unmarshal(data, &a) != nil {
-		return
+	model, finish := wire.Finish(data, s.finish, maxFinish)
+	if model != "" {
+		s.model = clip(model)
 	}
-	if a.Model != "" {
-		s.model = clip(a.Model)
-	}
-	for _, c := range a.Choices {
-		if c.FinishReason != nil && *c.FinishReason != "" && len(s.finish) < maxFinish {
-			s.finish = append(s.finish, clip(*c.FinishReason))
-		}
-	}
+	s.finish = finish
 }
 
 // endSpan sets the span's name, attributes, events and status from the
-// judged record, and ends it.
-func (x *exchange) endSpan() {
+// judged record, and ends it. The targets are set when they differ from
+// the operator's (base): a class's, or the request's headers'.
+func (x *exchange) endSpan(base slo.Targets) {
 	s, rec := x.tr, &x.rec
 	defer s.span.End()
 	if !s.span.IsRecording() {
@@ -186,7 +168,7 @@ func (x *exchange) endSpan() {
 	if model != "" {
 		s.span.SetName(op + " " + model)
 	}
-	a := make([]attribute.KeyValue, 0, 40)
+	a := make([]attribute.KeyValue, 0, 24)
 	str := func(k, v string) {
 		if v != "" {
 			a = append(a, attribute.String(k, v))
@@ -198,9 +180,7 @@ func (x *exchange) endSpan() {
 		}
 	}
 	a = append(a, attribute.String(attrOperation, op), attribute.String(attrProvider, provider),
-		attribute.Bool(attrStream, s.stream), attribute.String(attrMethod, x.r.Method),
-		attribute.String(attrPath, x.r.URL.Path), attribute.String(attrRoute, rec.Route),
-		attribute.String(attrOutcome, rec.Outcome.String()))
+		attribute.Bool(attrStream, s.stream), attribute.String(attrOutcome, rec.Outcome.String()))
 	str(attrRequestModel, model)
 	str(attrResponseModel, s.model)
 	if s.maxTokens > 0 {
@@ -209,15 +189,8 @@ func (x *exchange) endSpan() {
 	if rec.Choices > 1 {
 		a = append(a, attribute.Int(attrChoices, rec.Choices))
 	}
-	if rec.Outcome.Completed() {
-		if rec.PromptTokens > 0 {
-			a = append(a, attribute.Int(attrInputTokens, rec.PromptTokens))
-		}
-		if !rec.Estimated {
-			a = append(a, attribute.Int(attrOutputTokens, rec.OutputTokens*max(rec.Choices, 1)))
-		} else {
-			a = append(a, attribute.Bool(attrEstimatedUsed, true), attribute.Int(attrOutputTokens, rec.OutputTokens*max(rec.Choices, 1)))
-		}
+	if rec.Outcome.Completed() && !rec.Estimated { // the engine's usage report
+		a = append(a, attribute.Int(attrInputTokens, rec.PromptTokens), attribute.Int(attrOutputTokens, rec.OutputTokens*max(rec.Choices, 1)))
 	}
 	if len(s.finish) > 0 {
 		a = append(a, attribute.StringSlice(attrFinish, s.finish))
@@ -227,11 +200,10 @@ func (x *exchange) endSpan() {
 	}
 	str(attrClass, rec.Class)
 	str(attrTenant, rec.Tenant)
-	secs(attrTargetTTFT, int64(rec.Targets.TTFT))
-	secs(attrTargetTPOT, int64(rec.Targets.TPOT))
-	secs(attrTargetE2E, int64(rec.Targets.E2E))
-	if rec.PromptEstimate > 0 {
-		a = append(a, attribute.Int(attrPromptEst, rec.PromptEstimate))
+	if rec.Targets != base {
+		secs(attrTargetTTFT, int64(rec.Targets.TTFT))
+		secs(attrTargetTPOT, int64(rec.Targets.TPOT))
+		secs(attrTargetE2E, int64(rec.Targets.E2E))
 	}
 
 	// Admission: refused, or granted at once or after waiting, with what
@@ -262,9 +234,6 @@ func (x *exchange) endSpan() {
 	}
 	if tpot, ok := rec.TPOT(); ok {
 		secs(attrTPOT, int64(tpot))
-	}
-	if rec.Outcome.Completed() {
-		secs(attrE2E, int64(rec.E2E))
 	}
 	if v := x.w.Header().Get("Retry-After"); v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
