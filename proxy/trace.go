@@ -36,6 +36,7 @@ var serverKind = trace.WithSpanKind(trace.SpanKindServer)
 // spanState is what a traced request keeps for its span beyond its record.
 type spanState struct {
 	span      trace.Span
+	parsed    bool // the body was read and parsed (noteRequest)
 	stream    bool // the client asked for a stream
 	maxTokens int  // max_completion_tokens or max_tokens, 0 when not given
 	model     string
@@ -120,7 +121,7 @@ func (p *Proxy) startSpan(x *exchange) {
 
 // noteRequest keeps what the span says of the request's body.
 func (s *spanState) noteRequest(req wire.Request) {
-	s.stream = req.Stream
+	s.parsed, s.stream = true, req.Stream
 	switch {
 	case req.MaxCompletionTokens != nil:
 		s.maxTokens = *req.MaxCompletionTokens
@@ -180,7 +181,10 @@ func (x *exchange) endSpan(base slo.Targets) {
 		}
 	}
 	a = append(a, attribute.String(attrOperation, op), attribute.String(attrProvider, provider),
-		attribute.Bool(attrStream, s.stream), attribute.String(attrOutcome, rec.Outcome.String()))
+		attribute.String(attrOutcome, rec.Outcome.String()))
+	if s.parsed { // a request refused before its body was read has no stream flag or model
+		a = append(a, attribute.Bool(attrStream, s.stream))
+	}
 	str(attrRequestModel, model)
 	str(attrResponseModel, s.model)
 	if s.maxTokens > 0 {
