@@ -125,6 +125,7 @@ func TestTracesThroughEngine(t *testing.T) {
 			}
 		}
 		if c.status == 200 {
+			t.Logf("%s: the engine got traceparent: %s", name, c.engineSaw)
 			if want := "00-" + sp.TraceID + "-" + sp.SpanID + "-01"; c.engineSaw != want {
 				t.Errorf("%s: the engine saw traceparent %q, want the gateway span's %q", name, c.engineSaw, want)
 			}
