@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -80,6 +81,9 @@ const (
 	eventGrant = "kneecap.grant"
 	eventFirst = "kneecap.first_token"
 )
+
+// attrPool holds the slices a span's attributes are gathered in.
+var attrPool = sync.Pool{New: func() any { a := make([]attribute.KeyValue, 0, 32); return &a }}
 
 // maxAttrLen bounds a string the client or the engine chose (a model
 // name), in a span name or attribute.
@@ -169,7 +173,13 @@ func (x *exchange) endSpan(base slo.Targets) {
 	if model != "" {
 		s.span.SetName(op + " " + model)
 	}
-	a := make([]attribute.KeyValue, 0, 24)
+	ap := attrPool.Get().(*[]attribute.KeyValue)
+	a := (*ap)[:0]
+	defer func() { // SetAttributes copied them
+		clear(a)
+		*ap = a[:0]
+		attrPool.Put(ap)
+	}()
 	str := func(k, v string) {
 		if v != "" {
 			a = append(a, attribute.String(k, v))

@@ -17,10 +17,12 @@
 //     and the OTLP/HTTP exporter on an HTTP client of its own; [Tracer.Run]
 //     exports until its context ends, then for [ShutdownTimeout] at most.
 //   - queue.go: the span processor, a bounded queue in front of the
-//     exporter. A sampled span that ends is put in the queue without
-//     waiting; a full queue drops it. One goroutine exports batches (at most
-//     OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans, or what came within
-//     OTEL_BSP_SCHEDULE_DELAY), each bounded by OTEL_BSP_EXPORT_TIMEOUT.
+//     exporter. A sampled span that ends is appended to the queue under a
+//     lock, without waiting; a full queue drops it. One goroutine exports
+//     batches: each OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans as they fill (the
+//     span that fills one wakes it), and what is left every
+//     OTEL_BSP_SCHEDULE_DELAY, each export bounded by
+//     OTEL_BSP_EXPORT_TIMEOUT.
 //     Every span lost, to a full queue, a failed export or the shutdown
 //     bound, is counted ([Tracer.Dropped]; the gateway's
 //     kneecap_tracing_spans_dropped_total). The SDK's BatchSpanProcessor is

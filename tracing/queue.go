@@ -3,6 +3,7 @@ package tracing
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -10,50 +11,68 @@ import (
 )
 
 // queue is the span processor between the SDK and the exporter: ended
-// spans wait in a bounded channel, and one goroutine (run) exports them in
+// spans wait in a bounded buffer, and one goroutine (run) exports them in
 // batches. The SDK's BatchSpanProcessor does the same, but it starts its
 // goroutine when built and reports the spans it drops only in a log line
 // at shutdown; this one starts nothing until run and counts every span it
-// loses: dropped when the queue is full (a collector that is slow, down or
-// hangs) and in an export that failed.
+// loses: dropped when the buffer is full (a collector that is slow, down
+// or hangs) and in an export that failed. A span that ends takes a lock
+// for an append and wakes the exporter only when a batch is full: the
+// request that ended it pays no scheduler wake-up.
 type queue struct {
-	spans    chan sdktrace.ReadOnlySpan
-	closed   atomic.Bool // run has ended or is flushing: no more spans
+	mu       sync.Mutex
+	buf      []sdktrace.ReadOnlySpan // at most maxQueue; guarded by mu
+	closed   bool                    // run has ended or is flushing; guarded by mu
+	kick     chan struct{}           // a batch is full (buffered 1)
 	dropped  atomic.Int64
 	exported atomic.Int64
 
 	exp                           sdktrace.SpanExporter
-	maxBatch                      int
+	maxQueue, maxBatch            int
 	delay, exportTimeout, shutTTL time.Duration
 	log                           *slog.Logger
 }
 
 var _ sdktrace.SpanProcessor = (*queue)(nil)
 
+func newQueue(exp sdktrace.SpanExporter, maxQueue, maxBatch int, delay, exportTimeout time.Duration, log *slog.Logger) *queue {
+	return &queue{buf: make([]sdktrace.ReadOnlySpan, 0, maxQueue), kick: make(chan struct{}, 1), exp: exp,
+		maxQueue: maxQueue, maxBatch: min(maxBatch, maxQueue), delay: delay, exportTimeout: exportTimeout,
+		shutTTL: ShutdownTimeout, log: log}
+}
+
 // OnStart implements sdktrace.SpanProcessor.
 func (q *queue) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
 
 // OnEnd implements sdktrace.SpanProcessor: it never blocks the request
-// that ended the span. A span that finds the queue full is dropped.
+// that ended the span. A span that finds the buffer full is dropped.
 func (q *queue) OnEnd(s sdktrace.ReadOnlySpan) {
 	if !s.SpanContext().IsSampled() {
 		return
 	}
-	if q.closed.Load() {
+	q.mu.Lock()
+	if q.closed || len(q.buf) == q.maxQueue {
+		q.mu.Unlock()
 		q.dropped.Add(1)
 		return
 	}
-	select {
-	case q.spans <- s:
-	default:
-		q.dropped.Add(1)
+	q.buf = append(q.buf, s)
+	full := len(q.buf) == q.maxBatch
+	q.mu.Unlock()
+	if full {
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // Shutdown implements sdktrace.SpanProcessor: spans ended later are
 // dropped. run does the flushing.
 func (q *queue) Shutdown(context.Context) error {
-	q.closed.Store(true)
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
 	return nil
 }
 
@@ -61,12 +80,11 @@ func (q *queue) Shutdown(context.Context) error {
 // schedule.
 func (q *queue) ForceFlush(context.Context) error { return nil }
 
-// run exports batches of maxBatch spans, or what came within delay of a
-// batch's first span, until ctx ends; then it exports what is left and
-// shuts the exporter down. Everything after ctx ends gets shutTTL in all:
-// an export still in flight then (a collector that hangs) is cut, and the
-// spans left are counted as dropped. Each export is bounded by
-// exportTimeout.
+// run exports batches of maxBatch spans as they fill, and what is buffered
+// every delay, until ctx ends; then it exports what is left and shuts the
+// exporter down. Everything after ctx ends gets shutTTL in all: an export
+// still in flight then (a collector that hangs) is cut, and the spans left
+// are counted as dropped. Each export is bounded by exportTimeout.
 func (q *queue) run(ctx context.Context) {
 	base, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -81,48 +99,53 @@ func (q *queue) run(ctx context.Context) {
 	})
 	defer stop()
 	batch := make([]sdktrace.ReadOnlySpan, 0, q.maxBatch)
-	tick := time.NewTimer(time.Hour)
-	tick.Stop()
+	tick := time.NewTicker(q.delay)
 	defer tick.Stop()
 	failing := false
 	for {
+		all := false // the tick takes a partial batch too
 		select {
-		case s := <-q.spans:
-			if len(batch) == 0 {
-				tick.Reset(q.delay)
-			}
-			if batch = append(batch, s); len(batch) < q.maxBatch {
-				continue
-			}
-			tick.Stop()
+		case <-q.kick:
 		case <-tick.C:
+			all = true
 		case <-ctx.Done():
-			q.closed.Store(true)
+			q.mu.Lock()
+			q.closed = true
+			q.mu.Unlock()
 			for {
-				batch = q.fill(batch)
-				if len(batch) == 0 || base.Err() != nil {
-					q.dropped.Add(int64(len(batch) + len(q.spans)))
+				if batch = q.take(batch, true); len(batch) == 0 {
 					break
+				}
+				if base.Err() != nil {
+					q.dropped.Add(int64(len(batch)))
+					clear(batch)
+					batch = batch[:0]
+					continue
 				}
 				batch = q.export(base, batch, &failing)
 			}
 			_ = q.exp.Shutdown(base)
 			return
 		}
-		batch = q.export(base, batch, &failing)
+		for batch = q.take(batch, all); len(batch) > 0; batch = q.take(batch, all) {
+			batch = q.export(base, batch, &failing)
+		}
 	}
 }
 
-// fill takes queued spans into batch, up to maxBatch, without waiting.
-func (q *queue) fill(batch []sdktrace.ReadOnlySpan) []sdktrace.ReadOnlySpan {
-	for len(batch) < q.maxBatch {
-		select {
-		case s := <-q.spans:
-			batch = append(batch, s)
-		default:
-			return batch
-		}
+// take moves up to maxBatch buffered spans, the oldest, into batch; with
+// fewer buffered, it takes them only if partial is set.
+func (q *queue) take(batch []sdktrace.ReadOnlySpan, partial bool) []sdktrace.ReadOnlySpan {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := min(len(q.buf), q.maxBatch)
+	if n < q.maxBatch && !partial {
+		return batch
 	}
+	batch = append(batch, q.buf[:n]...)
+	m := copy(q.buf, q.buf[n:])
+	clear(q.buf[m:])
+	q.buf = q.buf[:m]
 	return batch
 }
 

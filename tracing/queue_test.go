@@ -53,8 +53,7 @@ func (f *fakeExporter) Shutdown(context.Context) error {
 // queued is a queue of maxQueue spans in front of exp, with a provider
 // whose spans go to it.
 func queued(exp sdktrace.SpanExporter, maxQueue, maxBatch int) (*queue, func(n int)) {
-	q := &queue{spans: make(chan sdktrace.ReadOnlySpan, maxQueue), exp: exp, maxBatch: maxBatch,
-		delay: time.Second, exportTimeout: 10 * time.Second, shutTTL: ShutdownTimeout, log: discard}
+	q := newQueue(exp, maxQueue, maxBatch, time.Second, 10*time.Second, discard)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q))
 	tr := tp.Tracer("test")
 	return q, func(n int) {

@@ -76,12 +76,8 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: exporter: %w", err)
 	}
-	maxQueue := or(cfg.MaxQueue, DefaultMaxQueue)
-	t.q = &queue{
-		spans: make(chan sdktrace.ReadOnlySpan, maxQueue), exp: exp,
-		maxBatch: min(or(cfg.MaxBatch, DefaultMaxBatch), maxQueue), delay: or(cfg.Delay, DefaultDelay),
-		exportTimeout: or(cfg.ExportTimeout, DefaultExportTimeout), shutTTL: ShutdownTimeout, log: log,
-	}
+	t.q = newQueue(exp, or(cfg.MaxQueue, DefaultMaxQueue), or(cfg.MaxBatch, DefaultMaxBatch),
+		or(cfg.Delay, DefaultDelay), or(cfg.ExportTimeout, DefaultExportTimeout), log)
 	res, err := resource.New(context.Background(), resource.WithTelemetrySDK(), resource.WithHost(),
 		resource.WithAttributes(cfg.Resource...),
 		resource.WithAttributes(attribute.String("service.name", serviceName(cfg))))
