@@ -7,7 +7,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/kneecap/kneecap/tracing"
 	"github.com/kneecap/kneecap/tracing/otlptest"
 )
 
@@ -16,18 +15,8 @@ import (
 // receiver that drops it: the whole cost of a traced request's span, on
 // both the request's goroutine and the exporter's.
 func BenchmarkSpan(b *testing.B) {
-	cfg, err := tracing.FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": otlptest.Discard(b).URL, "OTEL_TRACES_SAMPLER": "always_on"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tr, err := tracing.New(cfg, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = tr.Run(ctx); close(done) }()
-	defer func() { stop(); <-done }()
+	tr, stop := start(b, map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": otlptest.Discard(b).URL, "OTEL_TRACES_SAMPLER": "always_on"})
+	defer stop()
 	attrs := make([]attribute.KeyValue, 0, 22)
 	for i := range 11 {
 		attrs = append(attrs, attribute.String("gen_ai.attr"+string(rune('a'+i)), "value"), attribute.Float64("kneecap.f"+string(rune('a'+i)), 0.25))

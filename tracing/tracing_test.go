@@ -15,7 +15,8 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func start(t *testing.T, env map[string]string) (*tracing.Tracer, func()) {
+// start runs the tracer of env until the returned stop is called.
+func start(t testing.TB, env map[string]string) (*tracing.Tracer, func()) {
 	t.Helper()
 	cfg, err := tracing.FromEnv(env)
 	if err != nil {
