@@ -234,7 +234,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
 		MaxModelLen: cfg.MaxModelLen,
 		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
-		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(),
+		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), SpanWork: g.spanWork(),
 	})
 	if err != nil {
 		return nil, err

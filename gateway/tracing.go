@@ -45,6 +45,15 @@ func (g *Gateway) newTracing() error {
 	return nil
 }
 
+// spanWork is the proxy's SpanWork: the tracer's goroutine ends the spans;
+// nil when tracing is off.
+func (g *Gateway) spanWork() func(func()) bool {
+	if g.tracer == nil {
+		return nil
+	}
+	return g.tracer.Defer
+}
+
 // Tracing returns the gateway's tracer, which Run runs; nil when tracing
 // is off.
 func (g *Gateway) Tracing() *tracing.Tracer { return g.tracer }

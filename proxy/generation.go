@@ -318,7 +318,7 @@ func (p *Proxy) finish(x *exchange) {
 	}
 	p.obs.Done(*rec)
 	if x.tr != nil {
-		x.endSpan(p.cfg.Targets)
+		p.endSpan(x)
 	}
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)

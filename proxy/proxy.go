@@ -103,6 +103,11 @@ type Config struct {
 	// context the engine request carries (W3C traceparent). nil means no
 	// spans, and the client's traceparent goes to the engine as it came.
 	Tracer trace.Tracer
+	// SpanWork runs the end of a span (its attributes, events and End,
+	// from a snapshot of the request) off the request's goroutine, or
+	// refuses it (false: a full queue; the span is then dropped, never
+	// ended). nil means at once, on the request's goroutine.
+	SpanWork func(end func()) bool
 }
 
 // Admitter is what the proxy needs of admission; *admission.Limiter is

@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/wire"
 )
@@ -25,8 +27,10 @@ import (
 // Everything else is set when the request ends, from its record and
 // ticket: nothing is added per chunk, and the only reading of the
 // engine's bytes for it is the response model and finish reasons of the
-// chunks that finish a choice (or of a whole answer). Without a tracer
-// none of this runs: one nil check per request.
+// chunks that finish a choice (or of a whole answer). Setting them and
+// ending the span runs on Config.SpanWork's goroutine when it is set (the
+// SDK's share of a span is most of its cost), from a snapshot of the
+// request. Without a tracer none of this runs: one nil check per request.
 
 // traceContext is the W3C Trace Context propagator.
 var traceContext = propagation.TraceContext{}
@@ -159,15 +163,46 @@ func (s *spanState) noteAnswer(shape wire.Shape, data []byte) {
 	s.finish = finish
 }
 
-// endSpan sets the span's name, attributes, events and status from the
-// judged record, and ends it. The targets are set when they differ from
-// the operator's (base): a class's, or the request's headers'.
-func (x *exchange) endSpan(base slo.Targets) {
-	s, rec := x.tr, &x.rec
-	defer s.span.End()
-	if !s.span.IsRecording() {
+// spanEnd is what ending a span reads, taken from the request when it
+// ended, so that it may run on another goroutine (Config.SpanWork): the
+// request's writer and ticket are not touched after it.
+type spanEnd struct {
+	*spanState
+	rec        slo.Record
+	base       slo.Targets // the operator's targets
+	ticketed   bool
+	grant      admission.Grant
+	granted    time.Time
+	retryAfter string
+	end        time.Time
+}
+
+// endSpan ends the request's span: at once when it is not recorded (not
+// sampled), else by Config.SpanWork (at once without it) from a snapshot
+// of the request. A span whose end SpanWork refuses (its queue is full) is
+// never ended: the tracer has counted it as dropped.
+func (p *Proxy) endSpan(x *exchange) {
+	if !x.tr.span.IsRecording() {
+		x.tr.span.End()
 		return
 	}
+	e := &spanEnd{spanState: x.tr, rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now()}
+	if t := x.ticket; t != nil {
+		e.ticketed, e.grant, e.granted = true, t.Grant(), t.Granted()
+	}
+	if p.cfg.SpanWork == nil {
+		e.run()
+		return
+	}
+	_ = p.cfg.SpanWork(e.run) // refused: the tracer counted the span as dropped
+}
+
+// run sets the span's name, attributes, events and status from the judged
+// record, and ends it. The targets are set when they differ from the
+// operator's: a class's, or the request's headers'.
+func (e *spanEnd) run() {
+	s, rec, base := e.spanState, &e.rec, e.base
+	defer s.span.End(trace.WithTimestamp(e.end))
 	op, provider := GenAI(rec.Route)
 	model := clip(rec.Model)
 	if model != "" {
@@ -222,12 +257,12 @@ func (x *exchange) endSpan(base slo.Targets) {
 
 	// Admission: refused, or granted at once or after waiting, with what
 	// the limiter knew at the grant.
-	switch t := x.ticket; {
+	switch {
 	case rec.Outcome.Has(slo.Rejected):
 		a = append(a, attribute.String(attrDecision, "refused"))
 		str(attrReason, rec.Reason)
-	case t != nil:
-		g := t.Grant()
+	case e.ticketed:
+		g := e.grant
 		decision := "admitted"
 		if g.Held != 0 || rec.QueueWait > 0 {
 			decision = "queued"
@@ -239,7 +274,7 @@ func (x *exchange) endSpan(base slo.Targets) {
 			a = append(a, attribute.Float64(attrPredTTFT, (rec.QueueWait+g.EngineTTFT).Seconds()))
 		}
 		secs(attrPredTPOT, int64(g.Step))
-		s.span.AddEvent(eventGrant, trace.WithTimestamp(t.Granted()))
+		s.span.AddEvent(eventGrant, trace.WithTimestamp(e.granted))
 	}
 	if rec.FirstObserved() {
 		secs(attrTTFT, int64(rec.TTFT))
@@ -249,7 +284,7 @@ func (x *exchange) endSpan(base slo.Targets) {
 	if tpot, ok := rec.TPOT(); ok {
 		secs(attrTPOT, int64(tpot))
 	}
-	if v := x.w.Header().Get("Retry-After"); v != "" {
+	if v := e.retryAfter; v != "" {
 		if n, err := strconv.Atoi(v); err == nil {
 			a = append(a, attribute.Int(attrRetryAfter, n))
 		}

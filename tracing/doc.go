@@ -23,6 +23,10 @@
 //     span that fills one wakes it), and what is left every
 //     OTEL_BSP_SCHEDULE_DELAY, each export bounded by
 //     OTEL_BSP_EXPORT_TIMEOUT.
+//     The same goroutine ends the requests' spans that the proxy hands it
+//     ([Tracer.Defer]: their attributes and the SDK's snapshot, most of a
+//     span's cost, off the request's goroutine), at most
+//     OTEL_BSP_MAX_QUEUE_SIZE waiting, woken by every 64.
 //     Every span lost, to a full queue, a failed export or the shutdown
 //     bound, is counted ([Tracer.Dropped]; the gateway's
 //     kneecap_tracing_spans_dropped_total). The SDK's BatchSpanProcessor is
@@ -31,8 +35,8 @@
 //
 // # Concurrency model
 //
-// New starts nothing. The queue's OnEnd runs on the goroutine that ends a
-// span (a request's) and never blocks. Run is the one goroutine that
+// New starts nothing. The queue's OnEnd and Defer run on a request's
+// goroutine and never block. Run is the one goroutine that
 // exports; a collector that is slow or hangs holds only it, while spans
 // that end meanwhile fill the queue and are then dropped.
 //

@@ -22,8 +22,9 @@ import (
 type queue struct {
 	mu       sync.Mutex
 	buf      []sdktrace.ReadOnlySpan // at most maxQueue; guarded by mu
+	jobs     []func()                // spans to end (Defer), at most maxQueue; guarded by mu
 	closed   bool                    // run has ended or is flushing; guarded by mu
-	kick     chan struct{}           // a batch is full (buffered 1)
+	kick     chan struct{}           // a batch or a run of jobs is full (buffered 1)
 	dropped  atomic.Int64
 	exported atomic.Int64
 
@@ -39,6 +40,46 @@ func newQueue(exp sdktrace.SpanExporter, maxQueue, maxBatch int, delay, exportTi
 	return &queue{buf: make([]sdktrace.ReadOnlySpan, 0, maxQueue), kick: make(chan struct{}, 1), exp: exp,
 		maxQueue: maxQueue, maxBatch: min(maxBatch, maxQueue), delay: delay, exportTimeout: exportTimeout,
 		shutTTL: ShutdownTimeout, log: log}
+}
+
+// jobRun is how many deferred span ends wake run.
+const jobRun = 64
+
+// Defer has run call end, which ends a span, on its own goroutine: the
+// request that ended need not pay for the SDK's share of a span (its
+// attributes and snapshot). It never blocks; it reports false, and counts
+// the span as dropped, when maxQueue ends already wait.
+func (q *queue) Defer(end func()) bool {
+	q.mu.Lock()
+	if q.closed || len(q.jobs) == q.maxQueue {
+		q.mu.Unlock()
+		q.dropped.Add(1)
+		return false
+	}
+	q.jobs = append(q.jobs, end)
+	full := len(q.jobs) == jobRun
+	q.mu.Unlock()
+	if full {
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// endSpans runs the deferred span ends, which put their spans in buf.
+func (q *queue) endSpans(jobs []func()) []func() {
+	q.mu.Lock()
+	jobs = append(jobs, q.jobs...)
+	clear(q.jobs)
+	q.jobs = q.jobs[:0]
+	q.mu.Unlock()
+	for _, end := range jobs {
+		end()
+	}
+	clear(jobs)
+	return jobs[:0]
 }
 
 // OnStart implements sdktrace.SpanProcessor.
@@ -80,8 +121,8 @@ func (q *queue) Shutdown(context.Context) error {
 // schedule.
 func (q *queue) ForceFlush(context.Context) error { return nil }
 
-// run exports batches of maxBatch spans as they fill, and what is buffered
-// every delay, until ctx ends; then it exports what is left and shuts the
+// run ends the deferred spans (Defer) and exports batches of maxBatch
+// spans as they fill, and what is buffered every delay, until ctx ends; then it exports what is left and shuts the
 // exporter down. Everything after ctx ends gets shutTTL in all: an export
 // still in flight then (a collector that hangs) is cut, and the spans left
 // are counted as dropped. Each export is bounded by exportTimeout.
@@ -102,6 +143,7 @@ func (q *queue) run(ctx context.Context) {
 	tick := time.NewTicker(q.delay)
 	defer tick.Stop()
 	failing := false
+	var jobs []func()
 	for {
 		all := false // the tick takes a partial batch too
 		select {
@@ -109,6 +151,7 @@ func (q *queue) run(ctx context.Context) {
 		case <-tick.C:
 			all = true
 		case <-ctx.Done():
+			jobs = q.endSpans(jobs)
 			q.mu.Lock()
 			q.closed = true
 			q.mu.Unlock()
@@ -127,6 +170,7 @@ func (q *queue) run(ctx context.Context) {
 			_ = q.exp.Shutdown(base)
 			return
 		}
+		jobs = q.endSpans(jobs)
 		for batch = q.take(batch, all); len(batch) > 0; batch = q.take(batch, all) {
 			batch = q.export(base, batch, &failing)
 		}

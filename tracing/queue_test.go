@@ -142,3 +142,41 @@ func TestQueueCollectorHangs(t *testing.T) {
 func (q *queue) Exported() int64 { return q.exported.Load() }
 
 var discard = slog.New(slog.DiscardHandler)
+
+// TestQueueDefer: span ends handed to Defer run on run's goroutine, a
+// run of them wakes it, the rest go at the delay or at shutdown; beyond
+// the queue's bound they are refused and counted as dropped.
+func TestQueueDefer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := &fakeExporter{}
+		q := newQueue(exp, 100, 10, time.Second, 10*time.Second, discard)
+		tr := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(q)).Tracer("test")
+		end := func() {
+			_, s := tr.Start(context.Background(), "s")
+			s.End()
+		}
+		for range 100 {
+			if !q.Defer(end) {
+				t.Fatal("refused within the bound")
+			}
+		}
+		if q.Defer(end) || q.dropped.Load() != 1 {
+			t.Errorf("the 101st: dropped %d", q.dropped.Load())
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { q.run(ctx); close(done) }()
+		synctest.Wait()
+		if q.Exported() != 100 {
+			t.Errorf("exported %d after the wake-up, want 100", q.Exported())
+		}
+		for range 5 {
+			q.Defer(end)
+		}
+		cancel()
+		<-done
+		if q.Exported() != 105 || q.Defer(end) {
+			t.Errorf("exported %d; a Defer after run accepted", q.Exported())
+		}
+	})
+}

@@ -142,6 +142,12 @@ func (t *Tracer) Tracer() trace.Tracer {
 // failed export, or left when Run's shutdown bound ran out.
 func (t *Tracer) Dropped() int64 { return t.q.dropped.Load() }
 
+// Defer runs end, which ends a span, on Run's goroutine, after the request
+// that ended; false (a full queue) means it will not run and the span is
+// counted as dropped. The gateway hands it to the proxy
+// (proxy.Config.SpanWork).
+func (t *Tracer) Defer(end func()) bool { return t.q.Defer(end) }
+
 // Exported returns the spans the collector accepted.
 func (t *Tracer) Exported() int64 { return t.q.exported.Load() }
 
