@@ -403,6 +403,11 @@ func (b *budget) take(now time.Time, t *Ticket, running, resident int) {
 		t.aheadSpan = now.Sub(b.prefilling[0].granted)
 	}
 	t.step = b.costs.Step(running, resident)
+	if b.costs.knowsPrefill() {
+		// Its prefill after those under way (see prefillWait), as
+		// predicted now: the span of a traced request shows it.
+		t.predTTFT = b.prefillWait(now, running, resident) + b.costs.prefillOf(t.est, b.costs.StepWith(running, resident, t.est))
+	}
 	if b.costs.knowsPrefill() && !t.deadline.IsZero() && now.Add(b.costs.Alone(t.est)).After(t.deadline) && b.costs.OversizeShare > 0 {
 		b.refill(now)
 		b.credit -= b.costs.Alone(t.est) // too long for its target: it spends the credit

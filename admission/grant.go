@@ -89,6 +89,7 @@ func (l *Limiter) wakeLocked(now time.Time) {
 			continue
 		}
 		w.ticket = l.grantLocked(now, w.enqueued, w.flow, w.cand, false) // a tenant's refused request come back and queued
+		w.ticket.held = HoldReasons(w.held)
 		close(w.ready)
 	}
 	l.armPaceLocked(now)
@@ -137,7 +138,9 @@ func (l *Limiter) expireLocked(w *waiter) (t *Ticket, left bool, st State) {
 		// would spoil the running requests' time per token.)
 		held := l.s.heldFor(now, w.flow)
 		if ok, _ := l.b.fits(now, w.cand, l.runningLocked(), l.ResidentKV(), held, false); ok && !l.draining && l.leaveLocked(w) {
-			return l.grantLocked(now, w.enqueued, w.flow, w.cand, false), false, State{}
+			t := l.grantLocked(now, w.enqueued, w.flow, w.cand, false)
+			t.held = HoldReasons(w.held)
+			return t, false, State{}
 		}
 	}
 	if !l.leaveLocked(w) {
@@ -159,7 +162,8 @@ func (l *Limiter) expireLocked(w *waiter) (t *Ticket, left bool, st State) {
 func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, class bool) *Ticket {
 	l.running.Add(1)
 	l.grantSum += now.Sub(l.origin)
-	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline}
+	t := &Ticket{l: l, granted: now, queueWait: now.Sub(enqueued), flow: f, est: c.prompt, deadline: c.deadline,
+		limit: l.b.limit, runningAt: int(l.running.Load())}
 	t.charged = l.s.granted(now, f, class)
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
 	l.kvPrompt.Add(int64(t.est))

@@ -30,6 +30,58 @@ type Ticket struct {
 	aheadSpan    time.Duration
 	step         time.Duration // the decode step predicted at the grant (0: unknown)
 	generated    atomic.Int64
+
+	// What the grant knew, for Grant: the cap, the slots held with this
+	// one, why it waited, its predicted time to the first token.
+	limit, runningAt int
+	held             HoldReasons
+	predTTFT         time.Duration
+}
+
+// Grant is what the limiter knew of a request when it granted its slot.
+type Grant struct {
+	// Limit is the cap then; Running the requests holding a slot, this one
+	// included.
+	Limit, Running int
+	// Held is why the request waited in the queue; none for one granted
+	// at once.
+	Held HoldReasons
+	// EngineTTFT is the token budget's prediction of the time from the
+	// grant to the first token (the prefills under way, then its own), and
+	// Step its prediction of the engine's decode step then (about the time
+	// per output token); zero while the budget does not know the engine's
+	// costs (see SetCosts).
+	EngineTTFT, Step time.Duration
+}
+
+// Grant returns what the limiter knew of the request when it granted the
+// slot. The ticket does not change after its grant: Grant may be called
+// after Release.
+func (t *Ticket) Grant() Grant {
+	return Grant{Limit: t.limit, Running: t.runningAt, Held: t.held, EngineTTFT: t.predTTFT, Step: t.step}
+}
+
+// HoldReasons is the set of reasons that held a waiter back (see
+// HeldCounts): the cap, the prefill limit, the prefill and step budgets,
+// reservations.
+type HoldReasons uint8
+
+var holdNames = [heldReasons]string{heldCount: "cap", heldPacing: "pacing", heldPrefill: "prefill", heldStep: "step", heldReserve: "reserved"}
+
+// String returns the reasons joined by commas, in the order of
+// HeldCounts' fields (their names are the reason labels of
+// kneecap_admission_held_total), or "" for none.
+func (h HoldReasons) String() string {
+	s := ""
+	for i, name := range holdNames {
+		if h&(1<<i) != 0 {
+			if s != "" {
+				s += ","
+			}
+			s += name
+		}
+	}
+	return s
 }
 
 // Served records the tokens the request was served (prompt and output,

@@ -102,6 +102,9 @@ func envFields(typ reflect.Type, prefix string, out map[string]string) {
 			continue
 		}
 		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" {
+			continue // read otherwise (Config.Tracing: the standard OTEL_* variables)
+		}
 		out[prefix+name] = f.Tag.Get("envDefault")
 	}
 }

@@ -20,6 +20,11 @@
 //   - metrics_test.go: the engine's metrics endpoint fails (missing,
 //     hanging 30 s, 50 MiB of garbage, NaN values) while the gateway
 //     reads it (issue 20): traffic unaffected, one log line each.
+//   - tracing_test.go: OpenTelemetry tracing (issue 30) on the uvicorn
+//     engine: the spans of a streamed, a non-streamed, a queued and a
+//     refused request as an OTLP/HTTP receiver decodes them (otlptest), the
+//     engine's traceparent the gateway span's; a collector down or hanging:
+//     traffic unaffected, spans dropped and counted, a bounded stop.
 //   - classes_test.go: priority classes and tenants (issue 16) on each
 //     stack: a class's queue wait, hostile tenant headers, an unknown
 //     class, a client that leaves the queue.

@@ -12,6 +12,7 @@ import (
 	"github.com/caarlos0/env/v11"
 
 	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/tracing"
 )
 
 // EnvPrefix is the prefix of every environment variable the gateway reads.
@@ -189,6 +190,10 @@ type Config struct {
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string     `env:"LOG_FORMAT" envDefault:"text"`
+
+	// Tracing is OpenTelemetry tracing, read from the standard OTEL_*
+	// variables (gateway/tracing.go); the zero value is off.
+	Tracing tracing.Config `env:"-"`
 }
 
 // Targets returns the operator's targets.
@@ -236,6 +241,9 @@ func ConfigFromEnv(environ []string) (Config, error) {
 	err := env.ParseWithOptions(&c, env.Options{Prefix: EnvPrefix, Environment: m})
 	if err != nil {
 		return c, settingError(err)
+	}
+	if c.Tracing, err = tracingFromEnv(m); err != nil {
+		return c, err
 	}
 	return c, c.Validate()
 }

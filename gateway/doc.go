@@ -66,34 +66,48 @@
 //     controller in [Host].EngineMetrics; [Gateway.EngineMetrics] returns
 //     it (nil when off).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
+//   - tracing.go: OpenTelemetry tracing (package tracing): Config.Tracing
+//     is read from the standard OTEL_* variables by ConfigFromEnv (a bad
+//     one a [SettingError] naming it); New builds the tracer when an
+//     endpoint is set, hands its trace.Tracer to the proxy (a span per
+//     generation request) and registers kneecap_tracing_spans_dropped_total
+//     and _exported_total; [Gateway.Tracing] returns it (nil when off).
+//   - genai.go: OpenTelemetry's GenAI server histograms
+//     (gen_ai_server_time_to_first_token_seconds, _time_per_output_token_
+//     seconds, _request_duration_seconds), an observer of the records
+//     beside the metrics, with the conventions' buckets and a bounded set
+//     of model label values.
 //
 // Measurements flow one way: the proxy reports each observation to a fan-out
-// (proxy.Observers) of the window, the metrics, the controller when it is
-// an observer, and any observer added with [WithObserver]. Each takes a
-// stream's later chunks its own way: the controller the chunks of each
-// flush (proxy.ChunksObserver: every gap, at its moment), the window and
-// the ITL histogram batches of them (proxy.GapObserver: every gap, by the
-// end of the stream), an observer added with WithObserver one at a time.
+// (proxy.Observers) of the window, the metrics, the GenAI metrics, the
+// controller when it is an observer, and any observer added with
+// [WithObserver]. Each takes a stream's later chunks its own way: the
+// controller the chunks of each flush (proxy.ChunksObserver: every gap, at
+// its moment), the window and the ITL histogram batches of them
+// (proxy.GapObserver: every gap, by the end of the stream), an observer
+// added with WithObserver one at a time.
 //
 // # Concurrency model
 //
 // New starts nothing. Run starts the two HTTP servers, the controller's Run,
-// the engine-metrics scraper's Run (when on; its failures are logged and
-// never end the gateway), the live page's sampler (until the admin server
-// has shut down, so that it records the drain) and a shutdown goroutine
-// under errgroup.WithContext; when the context ends (SIGTERM in `kneecap serve`)
-// it marks the gateway draining (/readyz 503), drains the limiter (queued
-// requests get 503), shuts the traffic server down within DrainTimeout
-// (cutting streams still running after it), waits for every traffic
-// handler to return, shuts the admin server down and, once the scraper has
-// returned, closes idle engine connections. Nothing outlives Run, so a
-// whole system can run inside a testing/synctest bubble over net.Pipe
-// connections (WithListeners, WithTransport).
+// the engine-metrics scraper's Run and the tracer's Run (when on; their
+// failures are logged and never end the gateway), the live page's sampler
+// (until the admin server has shut down, so that it records the drain) and
+// a shutdown goroutine under errgroup.WithContext; when the context ends
+// (SIGTERM in `kneecap serve`) it marks the gateway draining (/readyz 503),
+// drains the limiter (queued requests get 503), shuts the traffic server
+// down within DrainTimeout (cutting streams still running after it), waits
+// for every traffic handler to return, shuts the admin server down and,
+// once the scraper has returned, closes idle engine connections; last, the
+// tracer's exports (when on) end, once no span can end any more, within
+// tracing.ShutdownTimeout. Nothing outlives Run, so a whole system can run
+// inside a testing/synctest bubble over net.Pipe connections
+// (WithListeners, WithTransport).
 //
 // # Ownership
 //
 // The gateway owns the limiter, the window, the registry contents it
-// registered and its transport (unless injected). The controller owns the
-// cap and changes it only through the limiter; per-request state belongs to
-// the proxy goroutine serving the request.
+// registered, its transport (unless injected) and its tracer. The
+// controller owns the cap and changes it only through the limiter;
+// per-request state belongs to the proxy goroutine serving the request.
 package gateway

@@ -19,6 +19,7 @@ import (
 	"github.com/kneecap/kneecap/enginemetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/tracing"
 )
 
 // CapControl sets the cap at run time: the gateway's adapter of the
@@ -138,6 +139,9 @@ type Gateway struct {
 	engine    *enginemetrics.Scraper // nil: off
 	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
+	tracer    *tracing.Tracer        // nil: tracing off
+	traced    chan struct{}          // closed when the tracer's Run returned (Run sets it)
+	stopTrace context.CancelFunc     // ends the tracer's Run (tracing.go)
 	registry  *prometheus.Registry
 	transport http.RoundTripper
 	traffic   http.Handler
@@ -187,7 +191,10 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 	m := newMetrics(g.registry)
 	g.metrics = m
 	g.registry.MustRegister(newStateCollector(g.lim, g.win, targets), newClassCollector(g.lim, cfg.TenantMetrics))
-	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses())}
+	observers := proxy.Observers{windowObserver{g.win}, m, newClassRequests(g.registry, classes.limiterClasses()), newGenAIMetrics(g.registry)}
+	if err := g.newTracing(); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
 
 	if u := cfg.EngineMetricsURL(); u != nil {
 		em, err := enginemetrics.New(enginemetrics.Config{
@@ -228,7 +235,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
 		MaxModelLen: cfg.MaxModelLen,
 		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
-		Observer: observers, Logger: g.log,
+		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), SpanWork: g.spanWork(),
 	})
 	if err != nil {
 		return nil, err
@@ -371,7 +378,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	adminSrv := &http.Server{Handler: g.admin, ReadHeaderTimeout: 10 * time.Second}
 	g.log.Info("gateway listening", "traffic", trafficLn.Addr().String(), "admin", adminLn.Addr().String(),
-		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.adaptive)
+		"upstream", g.cfg.Upstream.Redacted(), "limit", g.lim.Limit(), "adaptive", g.adaptive, "tracing", g.tracingTarget())
 
 	eg, egCtx := errgroup.WithContext(ctx)
 	serve := func(srv *http.Server, ln net.Listener) func() error {
@@ -382,6 +389,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+	g.runTracing(eg)
 	eg.Go(serve(trafficSrv, trafficLn))
 	eg.Go(serve(adminSrv, adminLn))
 	if agentLn != nil {
@@ -470,6 +478,7 @@ func (g *Gateway) shutdown(traffic, admin *http.Server, agent net.Listener) {
 	if t, ok := g.transport.(interface{ CloseIdleConnections() }); ok {
 		t.CloseIdleConnections()
 	}
+	g.stopTracing() // the spans of every request have ended
 	g.log.Info("drained")
 }
 

@@ -97,3 +97,51 @@ func TestGatewayRelayAllocations(t *testing.T) {
 		t.Errorf("%.0f allocations for %d output chunks more, want none", b-a, long-short)
 	}
 }
+
+// TestGatewayTracedRelayAllocations is TestGatewayRelayAllocations with
+// every request traced and sampled: a span costs allocations per request
+// (-v prints them; the span's end runs later, on the tracer's goroutine,
+// which does not run here), and none per chunk: the chunks of a traced
+// stream allocate nothing more than an untraced one's.
+func TestGatewayTracedRelayAllocations(t *testing.T) {
+	if testing.Short() {
+		t.Skip("warm-up streams")
+	}
+	if raceEnabled {
+		t.Skip("the race detector changes allocation counts")
+	}
+	cfg, err := gateway.ConfigFromEnv([]string{"KNEECAP_UPSTREAM=http://engine", "KNEECAP_MAX_CONCURRENCY=4096", "KNEECAP_MAX_QUEUE=100000",
+		// Never contacted: the tracer does not run, its queue holds every span.
+		"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:1", "OTEL_TRACES_SAMPLER=always_on", "OTEL_BSP_MAX_QUEUE_SIZE=10000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := &switchEngine{}
+	g, err := gateway.New(cfg, gateway.WithTransport(engine), gateway.WithRegistry(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := g.Handler()
+	reqBody := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)
+	const short, long = 64, 320
+	bodies := map[int][]byte{short: gatewayStream(short), long: gatewayStream(long)}
+	serve := func(n int) {
+		engine.body = bodies[n]
+		r, _ := http.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(reqBody))
+		r.RemoteAddr = "127.0.0.1:1234"
+		h.ServeHTTP(&proxytest.DiscardWriter{H: http.Header{}}, r)
+	}
+	for range 50 {
+		serve(long)
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	a := testing.AllocsPerRun(1000, func() { serve(short) })
+	b := testing.AllocsPerRun(1000, func() { serve(long) })
+	t.Logf("allocations traced: %.0f for a stream of %d output chunks, %.0f for %d chunks more", a, short, b-a, long-short)
+	if g.Tracing().Dropped() != 0 {
+		t.Fatalf("%d spans dropped: the counts are not a traced request's", g.Tracing().Dropped())
+	}
+	if b-a > 0 {
+		t.Errorf("%.0f allocations for %d output chunks more, want none", b-a, long-short)
+	}
+}

@@ -2,7 +2,9 @@ package gateway_test
 
 import (
 	"bytes"
+	"context"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -10,6 +12,8 @@ import (
 
 	"github.com/kneecap/kneecap/gateway"
 	"github.com/kneecap/kneecap/proxy/proxytest"
+	"github.com/kneecap/kneecap/tracing"
+	"github.com/kneecap/kneecap/tracing/otlptest"
 )
 
 // BenchmarkGatewayStream relays one stream of 100 output chunks per op
@@ -18,6 +22,12 @@ import (
 // sets it), the SLO window and the metrics. Events arrive from memory and
 // leave to nowhere, so this is the gateway's CPU beyond I/O: divide ns/op
 // by 103 events for the cost per event, request setup included.
+//
+// With KNEECAP_BENCH_TRACING=1 every request is traced and sampled
+// (always_on), its span exported over OTLP/HTTP to a receiver on
+// 127.0.0.1 that reads and drops it: what tracing costs, exporter
+// included. The switch keeps the benchmark's name, so that scripts/bench-ab
+// compares it with the same benchmark of a commit without tracing.
 func BenchmarkGatewayStream(b *testing.B) {
 	var sb strings.Builder
 	sb.WriteString("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n")
@@ -31,10 +41,27 @@ func BenchmarkGatewayStream(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	if os.Getenv("KNEECAP_BENCH_TRACING") != "" {
+		if cfg.Tracing, err = tracing.FromEnv(map[string]string{
+			"OTEL_EXPORTER_OTLP_ENDPOINT": otlptest.Discard(b).URL, "OTEL_TRACES_SAMPLER": "always_on",
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
 	g, err := gateway.New(cfg, gateway.WithTransport(proxytest.MemEngine{Body: []byte(sb.String())}),
 		gateway.WithRegistry(prometheus.NewRegistry()))
 	if err != nil {
 		b.Fatal(err)
+	}
+	if tr := g.Tracing(); tr != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = tr.Run(ctx); close(done) }()
+		defer func() {
+			stop()
+			<-done
+			b.ReportMetric(float64(tr.Dropped()), "dropped")
+		}()
 	}
 	h := g.Handler()
 	body := []byte(`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`)

@@ -61,6 +61,9 @@ func (p *Proxy) relayAssembled(ctx context.Context, x *exchange, resp *http.Resp
 			usage = info.Usage
 		}
 		finished = finished || info.Finished
+		if info.Finished && x.tr != nil {
+			x.tr.noteAnswer(x.shape, ev.Data)
+		}
 		if info.HasOutput {
 			first := p.output(x, &m, now, timer)
 			p.observe(x, &m) // before the limiter's wake (see relayStream)

@@ -56,6 +56,19 @@
 //     stream-idle watch, and the outbound request and hop-by-hop headers.
 //   - routes.go: the routing policy ([Routes]) and [CanonicalPath].
 //   - budget.go: the budget of request body bytes held across requests.
+//   - trace.go: the span of a generation request when Config.Tracer is
+//     set: server kind, named and attributed as OpenTelemetry's GenAI
+//     conventions say ("chat m", gen_ai.*), with kneecap's own under
+//     kneecap.* (admission decision and reason, the cap and running count
+//     at the grant, queue wait, predicted and measured TTFT and TPOT, the
+//     verdict, Retry-After) and events for the grant and the first token.
+//     It continues the client's W3C traceparent (a malformed one starts a
+//     new trace) and its context replaces the client's in the engine
+//     request. Everything is set at the end from the record and the
+//     ticket (Ticket.Grant), on Config.SpanWork's goroutine when it is set
+//     (the tracer's), from a snapshot of the request; without a tracer it
+//     costs one nil check per request. [GenAI] names a route's operation and provider, for the
+//     gateway's GenAI metrics too.
 //   - observer.go: [Observer], the live feed of measurements (first chunk,
 //     later chunks, finished record), each tagged with the number of
 //     requests running on the engine; [Observers] fans out. An observer

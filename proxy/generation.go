@@ -33,11 +33,15 @@ type exchange struct {
 	prompt     wire.PromptSize   // the body's measure of its prompt (see estimator)
 	reuse      reuseTrace        // whether the engine request went out on a reused connection
 	chunks     chunkQueue        // later output chunks waiting for their observers
+	tr         *spanState        // the request's span (trace.go); nil without a tracer
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
 	x := &exchange{w: w, r: r, shape: rt.Shape, deadline: newClientDeadline(w, p.cfg.ClientWriteTimeout)}
 	x.rec = slo.Record{Route: rt.Name, Arrival: time.Now(), Targets: p.cfg.Targets}
+	if p.cfg.Tracer != nil {
+		p.startSpan(x)
+	}
 	defer p.finish(x)
 
 	// What the headers decide comes before the body is read: a request
@@ -62,6 +66,9 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		return
 	}
 	x.rec.Model, x.rec.Streamed = req.Model, req.Stream
+	if x.tr != nil {
+		x.tr.noteRequest(req)
+	}
 	if req.N > 1 {
 		x.rec.Choices = req.N
 	}
@@ -239,6 +246,9 @@ func (p *Proxy) forward(x *exchange, body []byte) {
 		x.abort(tell(errUnreachable, "could not build the upstream request", err))
 		return
 	}
+	if x.tr != nil {
+		x.tr.propagate(out.Header)
+	}
 	// A streamed request is bounded up to its first output chunk, one that
 	// is relayed whole up to its response headers, one that is reassembled
 	// up to both its first output chunk and the end of its answer.
@@ -309,6 +319,9 @@ func (p *Proxy) finish(x *exchange) {
 		rec.Outcome = slo.Judge(rec)
 	}
 	p.obs.Done(*rec)
+	if x.tr != nil {
+		p.endSpan(x)
+	}
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
 	}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
 )
@@ -97,6 +99,15 @@ type Config struct {
 	// Logger logs one line per failed request at Warn and per request at
 	// Debug, never prompt or completion text. nil means no logs.
 	Logger *slog.Logger
+	// Tracer starts the span of every generation request (trace.go), whose
+	// context the engine request carries (W3C traceparent). nil means no
+	// spans, and the client's traceparent goes to the engine as it came.
+	Tracer trace.Tracer
+	// SpanWork runs the end of a span (its attributes, events and End,
+	// from a snapshot of the request) off the request's goroutine, or
+	// refuses it (false: a full queue; the span is then dropped, never
+	// ended). nil means at once, on the request's goroutine.
+	SpanWork func(end func()) bool
 }
 
 // Admitter is what the proxy needs of admission; *admission.Limiter is

@@ -87,6 +87,9 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 					usage, haveUsage = *info.Usage, true
 				}
 				done = done || info.Finished
+				if info.Finished && x.tr != nil {
+					x.tr.noteAnswer(x.shape, ev.Data)
+				}
 				errEvent = errEvent || info.Error
 				// Drop the usage-only chunk the gateway asked for and the
 				// client did not.
@@ -241,6 +244,9 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	case !success:
 		x.breakOff(engineStatus(s)) // relayed as it is
 		return
+	}
+	if inspectErr == nil && x.tr != nil {
+		x.tr.noteAnswer(x.shape, body)
 	}
 	if inspectErr == nil && info.Usage != nil {
 		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, perChoice(info.Usage.CompletionTokens, rec.Choices)

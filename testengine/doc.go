@@ -32,6 +32,8 @@
 // its headers (and, with a load model, from the engine's load):
 // [HeaderFirstDelay], [HeaderGap], [HeaderTokens],
 // [HeaderLogprobs], [HeaderToolCalls] and [HeaderFault] with a Fault* mode.
+// The uvicorn engine echoes the traceparent a generation request came with
+// in [HeaderTraceparent].
 // A request's answer that is not streamed is the one its stream adds up
 // to, in the form the engine gives it: vLLM's model_dump of its response
 // (every field, nulls included; the uvicorn engine also honours "n") and

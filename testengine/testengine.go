@@ -57,6 +57,11 @@ const (
 	HeaderToolCalls = "X-Test-Tool-Calls"
 )
 
+// HeaderTraceparent is the response header in which the uvicorn engine
+// echoes the W3C traceparent a generation request came with (absent when
+// it came without), as vLLM would continue that trace.
+const HeaderTraceparent = "X-Test-Traceparent"
+
 // Fault modes, the values of HeaderFault. "Hang" means silence until the
 // client goes away, at most 120 s; "kill" means the engine SIGKILLs itself,
 // after which [Engine.Exited] is true and [Engine.Restart] brings it back.

@@ -354,3 +354,26 @@ func TestNonStreamed(t *testing.T) {
 }
 
 // ---- faults that leave the engine running
+
+// TestTraceparentEcho: the uvicorn engine echoes the traceparent a
+// generation request came with, streamed or not, and none for a request
+// without one.
+func TestTraceparentEcho(t *testing.T) {
+	e := Start(t, Uvicorn)
+	c := newClient(t)
+	const parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	for _, body := range []string{`{"model":"m","stream":true,"max_tokens":2}`, `{"model":"m","max_tokens":2}`} {
+		resp := mustPost(t, c, e, "/v1/completions", body, "Traceparent", parent)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := resp.Header.Get(HeaderTraceparent); got != parent {
+			t.Errorf("%s: echoed %q", body, got)
+		}
+	}
+	resp := mustPost(t, c, e, "/v1/completions", `{"model":"m","max_tokens":2}`)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if got, ok := resp.Header[HeaderTraceparent]; ok {
+		t.Errorf("echoed %q for a request without one", got)
+	}
+}

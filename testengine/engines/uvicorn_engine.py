@@ -153,8 +153,17 @@ class CountGeneration:
             return
         STATS["requests"] += 1
         STATS["active"] += 1
+        # The W3C traceparent the request came with, echoed in the response
+        # head (X-Test-Traceparent), as vLLM would continue it.
+        parent = dict(scope["headers"]).get(b"traceparent")
+
+        async def echo(message):
+            if parent is not None and message["type"] == "http.response.start":
+                message = dict(message, headers=list(message.get("headers", [])) + [(b"x-test-traceparent", parent)])
+            await send(message)
+
         try:
-            await self.inner(scope, receive, send)
+            await self.inner(scope, receive, echo)
         finally:
             STATS["active"] -= 1
 

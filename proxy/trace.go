@@ -1,0 +1,303 @@
+package proxy
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/wire"
+)
+
+// The span of a generation request (Config.Tracer): one per request, of
+// kind server, named as OpenTelemetry's GenAI conventions name an
+// inference span ("{gen_ai.operation.name} {gen_ai.request.model}"). It is
+// started when the request arrives, continuing the client's W3C trace
+// (traceparent and tracestate; a malformed one starts a new trace), and
+// its context replaces the client's in the request to the engine, so that
+// an engine that traces (vLLM with --otlp-traces-endpoint) continues it.
+// Everything else is set when the request ends, from its record and
+// ticket: nothing is added per chunk, and the only reading of the
+// engine's bytes for it is the response model and finish reasons of the
+// chunks that finish a choice (or of a whole answer). Setting them and
+// ending the span runs on Config.SpanWork's goroutine when it is set (the
+// SDK's share of a span is most of its cost), from a snapshot of the
+// request. Without a tracer none of this runs: one nil check per request.
+
+// traceContext is the W3C Trace Context propagator.
+var traceContext = propagation.TraceContext{}
+
+// serverKind is the option of every span, made once.
+var serverKind = trace.WithSpanKind(trace.SpanKindServer)
+
+// spanState is what a traced request keeps for its span beyond its record.
+type spanState struct {
+	span      trace.Span
+	parsed    bool // the body was read and parsed (noteRequest)
+	stream    bool // the client asked for a stream
+	maxTokens int  // max_completion_tokens or max_tokens, 0 when not given
+	model     string
+	finish    []string
+}
+
+// The GenAI conventions' names (semantic conventions, gen_ai registry),
+// and kneecap's own under one prefix. Durations are in seconds.
+const (
+	attrOperation     = "gen_ai.operation.name"
+	attrProvider      = "gen_ai.provider.name"
+	attrRequestModel  = "gen_ai.request.model"
+	attrResponseModel = "gen_ai.response.model"
+	attrMaxTokens     = "gen_ai.request.max_tokens"
+	attrChoices       = "gen_ai.request.choice.count"
+	attrStream        = "gen_ai.request.stream" // not in the registry yet; the name instrumentations use
+	attrInputTokens   = "gen_ai.usage.input_tokens"
+	attrOutputTokens  = "gen_ai.usage.output_tokens"
+	attrFinish        = "gen_ai.response.finish_reasons"
+	attrErrorType     = "error.type"
+	attrStatus        = "http.response.status_code"
+
+	attrClass      = "kneecap.class"
+	attrTenant     = "kneecap.tenant"
+	attrDecision   = "kneecap.admission.decision"
+	attrReason     = "kneecap.admission.reason"
+	attrCap        = "kneecap.admission.cap"
+	attrRunning    = "kneecap.admission.running"
+	attrQueueWait  = "kneecap.queue_wait_seconds"
+	attrPredTTFT   = "kneecap.predicted.ttft_seconds"
+	attrPredTPOT   = "kneecap.predicted.tpot_seconds"
+	attrTTFT       = "kneecap.ttft_seconds"
+	attrEngineTTFT = "kneecap.engine_ttft_seconds"
+	attrTPOT       = "kneecap.tpot_seconds"
+	attrTargetTTFT = "kneecap.target.ttft_seconds"
+	attrTargetTPOT = "kneecap.target.tpot_seconds"
+	attrTargetE2E  = "kneecap.target.e2e_seconds"
+	attrOutcome    = "kneecap.outcome"
+	attrRetryAfter = "kneecap.retry_after_seconds"
+
+	eventGrant = "kneecap.grant"
+	eventFirst = "kneecap.first_token"
+)
+
+// attrPool holds the slices a span's attributes are gathered in.
+var attrPool = sync.Pool{New: func() any { a := make([]attribute.KeyValue, 0, 32); return &a }}
+
+// maxAttrLen bounds a string the client or the engine chose (a model
+// name), in a span name or attribute.
+const maxAttrLen = 256
+
+func clip(s string) string {
+	if len(s) > maxAttrLen {
+		return s[:maxAttrLen]
+	}
+	return s
+}
+
+// GenAI returns the GenAI conventions' operation name and provider of a
+// generation route (Route.Name): chat for the chat and Responses APIs,
+// text_completion for the others; the provider is the API's flavour:
+// openai for the OpenAI-compatible routes (the conventions' value for
+// any host reached through the OpenAI API), llama.cpp and sglang for
+// those engines' native routes.
+func GenAI(route string) (operation, provider string) {
+	switch route {
+	case "chat", "responses":
+		return "chat", "openai"
+	case "completion":
+		return "text_completion", "llama.cpp"
+	case "generate":
+		return "text_completion", "sglang"
+	}
+	return "text_completion", "openai"
+}
+
+// startSpan starts the request's span (see above); x.tr is nil without a
+// tracer.
+func (p *Proxy) startSpan(x *exchange) {
+	ctx := traceContext.Extract(x.r.Context(), propagation.HeaderCarrier(x.r.Header))
+	op, _ := GenAI(x.rec.Route)
+	_, span := p.cfg.Tracer.Start(ctx, op, serverKind) // it starts now: at the record's Arrival, give or take a microsecond
+	x.tr = &spanState{span: span}
+}
+
+// noteRequest keeps what the span says of the request's body.
+func (s *spanState) noteRequest(req wire.Request) {
+	s.parsed, s.stream = true, req.Stream
+	switch {
+	case req.MaxCompletionTokens != nil:
+		s.maxTokens = *req.MaxCompletionTokens
+	case req.MaxTokens != nil:
+		s.maxTokens = *req.MaxTokens
+	}
+}
+
+// propagate makes the engine request carry the span's context in place of
+// the client's traceparent and tracestate.
+func (s *spanState) propagate(h http.Header) {
+	h.Del("Traceparent")
+	h.Del("Tracestate")
+	traceContext.Inject(trace.ContextWithSpan(context.Background(), s.span), propagation.HeaderCarrier(h))
+}
+
+// maxFinish bounds the finish reasons kept (one per choice).
+const maxFinish = 16
+
+// noteAnswer reads the response model and the finish reasons of an OpenAI
+// chunk that finishes a choice, or of a whole answer (wire.Finish). Other
+// shapes are not read.
+func (s *spanState) noteAnswer(shape wire.Shape, data []byte) {
+	if shape != wire.ShapeOpenAI {
+		return
+	}
+	model, finish := wire.Finish(data, s.finish, maxFinish)
+	if model != "" {
+		s.model = clip(model)
+	}
+	s.finish = finish
+}
+
+// spanEnd is what ending a span reads, taken from the request when it
+// ended, so that it may run on another goroutine (Config.SpanWork): the
+// request's writer and ticket are not touched after it.
+type spanEnd struct {
+	*spanState
+	rec        slo.Record
+	base       slo.Targets // the operator's targets
+	ticketed   bool
+	grant      admission.Grant
+	granted    time.Time
+	retryAfter string
+	end        time.Time
+}
+
+// endSpan ends the request's span: at once when it is not recorded (not
+// sampled), else by Config.SpanWork (at once without it) from a snapshot
+// of the request. A span whose end SpanWork refuses (its queue is full) is
+// never ended: the tracer has counted it as dropped.
+func (p *Proxy) endSpan(x *exchange) {
+	if !x.tr.span.IsRecording() {
+		x.tr.span.End()
+		return
+	}
+	e := &spanEnd{spanState: x.tr, rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now()}
+	if t := x.ticket; t != nil {
+		e.ticketed, e.grant, e.granted = true, t.Grant(), t.Granted()
+	}
+	if p.cfg.SpanWork == nil {
+		e.run()
+		return
+	}
+	_ = p.cfg.SpanWork(e.run) // refused: the tracer counted the span as dropped
+}
+
+// run sets the span's name, attributes, events and status from the judged
+// record, and ends it. The targets are set when they differ from the
+// operator's: a class's, or the request's headers'.
+func (e *spanEnd) run() {
+	s, rec, base := e.spanState, &e.rec, e.base
+	defer s.span.End(trace.WithTimestamp(e.end))
+	op, provider := GenAI(rec.Route)
+	model := clip(rec.Model)
+	if model != "" {
+		s.span.SetName(op + " " + model)
+	}
+	ap := attrPool.Get().(*[]attribute.KeyValue)
+	a := (*ap)[:0]
+	defer func() { // SetAttributes copied them
+		clear(a)
+		*ap = a[:0]
+		attrPool.Put(ap)
+	}()
+	str := func(k, v string) {
+		if v != "" {
+			a = append(a, attribute.String(k, v))
+		}
+	}
+	secs := func(k string, d int64) {
+		if d > 0 {
+			a = append(a, attribute.Float64(k, float64(d)/1e9))
+		}
+	}
+	a = append(a, attribute.String(attrOperation, op), attribute.String(attrProvider, provider),
+		attribute.String(attrOutcome, rec.Outcome.String()))
+	if s.parsed { // a request refused before its body was read has no stream flag or model
+		a = append(a, attribute.Bool(attrStream, s.stream))
+	}
+	str(attrRequestModel, model)
+	str(attrResponseModel, s.model)
+	if s.maxTokens > 0 {
+		a = append(a, attribute.Int(attrMaxTokens, s.maxTokens))
+	}
+	if rec.Choices > 1 {
+		a = append(a, attribute.Int(attrChoices, rec.Choices))
+	}
+	if rec.Outcome.Completed() && !rec.Estimated { // the engine's usage report
+		a = append(a, attribute.Int(attrInputTokens, rec.PromptTokens), attribute.Int(attrOutputTokens, rec.OutputTokens*max(rec.Choices, 1)))
+	}
+	if len(s.finish) > 0 {
+		a = append(a, attribute.StringSlice(attrFinish, s.finish))
+	}
+	if rec.Status != 0 {
+		a = append(a, attribute.Int(attrStatus, rec.Status))
+	}
+	str(attrClass, rec.Class)
+	str(attrTenant, rec.Tenant)
+	if rec.Targets != base {
+		secs(attrTargetTTFT, int64(rec.Targets.TTFT))
+		secs(attrTargetTPOT, int64(rec.Targets.TPOT))
+		secs(attrTargetE2E, int64(rec.Targets.E2E))
+	}
+
+	// Admission: refused, or granted at once or after waiting, with what
+	// the limiter knew at the grant.
+	switch {
+	case rec.Outcome.Has(slo.Rejected):
+		a = append(a, attribute.String(attrDecision, "refused"))
+		str(attrReason, rec.Reason)
+	case e.ticketed:
+		g := e.grant
+		decision := "admitted"
+		if g.Held != 0 || rec.QueueWait > 0 {
+			decision = "queued"
+		}
+		a = append(a, attribute.String(attrDecision, decision), attribute.Float64(attrQueueWait, rec.QueueWait.Seconds()),
+			attribute.Int(attrCap, g.Limit), attribute.Int(attrRunning, g.Running))
+		str(attrReason, g.Held.String())
+		if g.EngineTTFT > 0 {
+			a = append(a, attribute.Float64(attrPredTTFT, (rec.QueueWait+g.EngineTTFT).Seconds()))
+		}
+		secs(attrPredTPOT, int64(g.Step))
+		s.span.AddEvent(eventGrant, trace.WithTimestamp(e.granted))
+	}
+	if rec.FirstObserved() {
+		secs(attrTTFT, int64(rec.TTFT))
+		secs(attrEngineTTFT, int64(rec.EngineTTFT))
+		s.span.AddEvent(eventFirst, trace.WithTimestamp(rec.Arrival.Add(rec.TTFT)))
+	}
+	if tpot, ok := rec.TPOT(); ok {
+		secs(attrTPOT, int64(tpot))
+	}
+	if v := e.retryAfter; v != "" {
+		if n, err := strconv.Atoi(v); err == nil {
+			a = append(a, attribute.Int(attrRetryAfter, n))
+		}
+	}
+	if !rec.Outcome.Completed() {
+		et := rec.Reason
+		if et == "" {
+			et = rec.Outcome.String()
+		}
+		a = append(a, attribute.String(attrErrorType, et))
+		if rec.Outcome.Has(slo.EngineError) {
+			s.span.SetStatus(codes.Error, et)
+		}
+	}
+	s.span.SetAttributes(a...)
+}
