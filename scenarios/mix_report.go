@@ -80,7 +80,21 @@ func mixRow(m Mix, runs map[string]RunResult) MixRow {
 		set("small_tenant_alone_goodput", alone.Classes["tenant-b"].Goodput)
 		set("large_tenant_goodput", cls.Classes["tenant-a"].Goodput)
 		set("fifo_small_tenant_goodput", fifo.Classes["tenant-b"].Goodput)
+		set("fifo_large_tenant_goodput", fifo.Classes["tenant-a"].Goodput)
 		f := row.Fields
+		// The max-min fair share of the small tenant: half the goodput the
+		// engine serves the two (the larger of the two runs' totals), or
+		// what the small tenant serves alone if that is less.
+		both := f["small_tenant_goodput"] + f["large_tenant_goodput"]
+		fifoBoth := f["fifo_small_tenant_goodput"] + f["fifo_large_tenant_goodput"]
+		set("small_tenant_fair_share", min(f["small_tenant_alone_goodput"], max(both, fifoBoth)/2))
+		set("both_tenants_over_fifo", both/max(fifoBoth, 1e-9))
+		add(f["small_tenant_goodput"] >= 0.9*f["small_tenant_fair_share"] && f["small_tenant_fair_share"] > 0,
+			"small tenant >= 0.9 x its max-min fair share (%.4f vs %.4f: %.3f)", f["small_tenant_goodput"], f["small_tenant_fair_share"], f["small_tenant_goodput"]/max(f["small_tenant_fair_share"], 1e-9))
+		if c := &row.Checks[len(row.Checks)-1]; !c.OK {
+			c.Reported = leftEdgeReason // B's share needs the left edge: shorter requests for B's 4 users
+		}
+		add(both >= 0.97*fifoBoth && fifoBoth > 0, "both tenants >= 0.97 x FIFO's (%.4f vs %.4f: %.3f)", both, fifoBoth, f["both_tenants_over_fifo"])
 		add(f["small_tenant_goodput"] > f["fifo_small_tenant_goodput"],
 			"small tenant > FIFO's small tenant (%.4f vs %.4f)", f["small_tenant_goodput"], f["fifo_small_tenant_goodput"])
 		perUser := func(label string) float64 { return cls.Classes[label].Goodput / float64(m.users(label)) }

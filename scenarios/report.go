@@ -65,9 +65,16 @@ type Row struct {
 	// sweep of 2026-12-04 before clients were the SDKs' (todaysBaseline).
 	AdaptiveTodaysGoodput float64 `json:"adaptive_todays_goodput,omitempty"`
 	AdaptiveTodaysRatio   float64 `json:"adaptive_todays_ratio,omitempty"`
-	AdaptiveMedianTTFTm   float64 `json:"adaptive_median_ttft_ms"`
-	EngineMedianTTFTms    float64 `json:"engine_median_ttft_ms"`
-	Checks                []Check `json:"checks"`
+	// AdaptiveMedianE2Ems and OracleMedianE2Ems are the median E2E of
+	// completed requests (the attempt's send to the end of its answer),
+	// AdaptiveHeldCap the cap adaptive held longest over the window, beside
+	// OracleCap.
+	AdaptiveMedianE2Ems float64 `json:"adaptive_median_e2e_ms"`
+	OracleMedianE2Ems   float64 `json:"oracle_median_e2e_ms"`
+	AdaptiveHeldCap     int     `json:"adaptive_held_cap"`
+	AdaptiveMedianTTFTm float64 `json:"adaptive_median_ttft_ms"`
+	EngineMedianTTFTms  float64 `json:"engine_median_ttft_ms"`
+	Checks              []Check `json:"checks"`
 }
 
 // Check is one threshold of the issue and whether it held.
@@ -118,6 +125,7 @@ func (s *Suite) row(sc Scenario) Row {
 	row.Clients = ad.Clients
 	row.AdaptiveFailed, row.OracleFailed = ad.Failed, or.Failed
 	row.AdaptiveIdleSlots, row.OracleIdleSlots = ad.Outside.IdleSlots, or.Outside.IdleSlots
+	row.AdaptiveMedianE2Ems, row.OracleMedianE2Ems, row.AdaptiveHeldCap = ms(ad.MedianE2E), ms(or.MedianE2E), ad.HeldCap
 	row.AdaptiveOutside = ad.Outside
 	row.AloneUsers, row.AloneGoodput = s.bestAlone(id)
 	todays, hasTodays := s.find(id, "adaptive-next")
@@ -209,6 +217,18 @@ func (s *Suite) row(sc Scenario) Row {
 	if b, ok := todaysBaseline[id]; ok && hasTodays {
 		row.AdaptiveTodaysGoodput, row.AdaptiveTodaysRatio = todays.Goodput, todays.Goodput/b.oracle
 		add(row.AdaptiveTodaysRatio >= b.ratio-0.01, "today's clients: adaptive / oracle no more than 0.01 below the gateway's before (%.3f vs %.3f)", row.AdaptiveTodaysRatio, b.ratio)
+	}
+	// The plateau's left edge: the same goodput at less latency, where
+	// the engine and workload do not change, clients stream, and adaptive
+	// is within 2 % of the oracle; elsewhere reported in the row. The cap
+	// is not held there yet: printed, not enforced.
+	switch id {
+	case 1, 2, 6, 8, 11, 13, 18:
+		add(ad.MedianE2E <= or.MedianE2E, "median E2E no higher than the oracle's (%.0f vs %.0f ms; cap held %d, oracle's %d)",
+			ms(ad.MedianE2E), ms(or.MedianE2E), ad.HeldCap, row.OracleCap)
+		if c := &row.Checks[len(row.Checks)-1]; !c.OK {
+			c.Reported = leftEdgeReason
+		}
 	}
 	if id == 19 {
 		ahead := true
@@ -374,6 +394,11 @@ var notMet = map[int][]string{
 	18: {"SDK clients: adaptive >= the best static cap", "adaptive >= the best static count cap"},
 	19: {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed"},
 }
+
+// leftEdgeReason is what the checks of the plateau's left edge are
+// printed with when they miss: the controller reports the plateau and its
+// left edge but holds the right end.
+const leftEdgeReason = "not enforced: the cap is held at the plateau's right end, see docs/scenarios.md"
 
 // notMetReason is what a listed miss is printed with.
 const notMetReason = "not met with the OpenAI SDKs' clients, see docs/scenarios.md, Clients as they are"

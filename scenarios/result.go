@@ -35,8 +35,14 @@ type RunResult struct {
 	// Outside is the gateway's count of the demand it turned away over the
 	// window (no gateway: zero).
 	Outside Outside `json:"outside"`
-	// MedianTTFT is the median client TTFT of completed requests.
+	// MedianTTFT is the median client TTFT of completed requests,
+	// MedianE2E their median E2E (from the attempt's send to the end of
+	// its answer).
 	MedianTTFT time.Duration `json:"median_ttft"`
+	MedianE2E  time.Duration `json:"median_e2e"`
+	// HeldCap is the cap an adaptive or peer limit held longest over the
+	// window (0: no trajectory).
+	HeldCap int `json:"held_cap,omitempty"`
 	// Caps is the trajectory of an adaptive or peer limit.
 	Caps     []CapPoint `json:"caps,omitempty"`
 	FinalCap int        `json:"final_cap,omitempty"`
@@ -108,6 +114,27 @@ func (r *RunResult) countClass(rec bench.Record, window time.Duration) {
 // band is the tolerance around a final cap within which it counts as
 // converged: max(1, 10 %).
 func band(final int) int { return max(1, int(math.Round(0.1*float64(final)))) }
+
+// heldCap returns the cap in force for the most time between from and to.
+func heldCap(caps []CapPoint, from, to time.Duration) int {
+	held := map[int]time.Duration{}
+	for i, p := range caps {
+		end := to
+		if i+1 < len(caps) {
+			end = min(end, caps[i+1].At)
+		}
+		if start := max(p.At, from); end > start {
+			held[p.Cap] += end - start
+		}
+	}
+	best, bestD := 0, time.Duration(-1)
+	for c, d := range held {
+		if d > bestD || (d == bestD && c < best) {
+			best, bestD = c, d
+		}
+	}
+	return best
+}
 
 // capAt returns the cap in force at t.
 func capAt(caps []CapPoint, t time.Duration) int {

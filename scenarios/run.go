@@ -244,7 +244,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 	}
 	from, to := lv.WindowStart, lv.WindowEnd
 	mid := start.Add(r.Timing.ChangeAt())
-	var ttfts []time.Duration
+	var ttfts, e2es []time.Duration
 	count := func(recs []bench.Record) (good int) {
 		for _, rec := range recs {
 			if rec.Good {
@@ -259,6 +259,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		case bench.Completed:
 			res.Completed++
 			ttfts = append(ttfts, rec.TTFT)
+			e2es = append(e2es, rec.End.Sub(rec.Due))
 			if rec.Good {
 				res.Good++
 			}
@@ -271,7 +272,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 			res.Failed++
 		}
 	}
-	res.MedianTTFT = median(ttfts)
+	res.MedianTTFT, res.MedianE2E = median(ttfts), median(e2es)
 	if r.KeepRecords {
 		res.Records = bench.Slice(lv.Records, from, to)
 	}
@@ -302,6 +303,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 			}
 		}
 		res.FinalCap, res.Converge = convergence(res.Caps, 0, end)
+		res.HeldCap = heldCap(res.Caps, from.Sub(start), end)
 		if r.Scenario.HasChange() {
 			_, res.Reconverge = convergence(res.Caps, r.Timing.ChangeAt(), end)
 		}

@@ -189,9 +189,10 @@ const (
 // From these, per level n: the predicted attainment A(n) (share of
 // requests meeting every target of their class), the mean slot hold
 // Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
-// (Little's law). Decide keeps the cap at the smallest level within 3 % of
+// (Little's law). Decide keeps the cap at the largest level within 3 % of
 // the best goodput among those with A >= P, and moves it in bounded steps
-// with hysteresis (see Decide). A shift in the step time or engine TTFT at
+// with hysteresis (see Decide); the plateau of levels near the best is
+// reported (controller_plateau.go). A shift in the step time or engine TTFT at
 // the cap's level cuts the memory. Admit is the deadline-aware queue:
 // predicted wait + engine TTFT against the request's TTFT target, and a
 // Retry-After that is the predicted time until a slot frees.
@@ -247,6 +248,7 @@ type Controller struct {
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
+	plat       plateau // the last decision's plateau (see controller_plateau.go)
 }
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.

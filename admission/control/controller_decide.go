@@ -116,6 +116,9 @@ type plan struct {
 	down   int     // the nearest level at or below the cap meeting P
 	up     int     // the end of the run of levels above the cap meeting P + hysteresis
 	over   bool    // target chosen for goodput although it misses P
+	// plateau is the plateau among the levels meeting P (none when the
+	// target was chosen for goodput although it misses P).
+	plateau plateau
 }
 
 // plan computes the target level:
@@ -146,6 +149,8 @@ func (c *Controller) plan(now time.Time) plan {
 	p.target, p.gT = nF, gF
 	if gX > (1+goodputOverride)*gF {
 		p.target, p.gT, p.over = nX, gX, true
+	} else {
+		p.plateau = c.plateauOf(classes, c.cfg.MinCap, limit)
 	}
 	return p
 }
@@ -225,6 +230,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h)) // NaN: dropped
 	}
 	pl := c.plan(now)
+	c.plat = pl.plateau
 	demand := c.noteLoad(now, load)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime

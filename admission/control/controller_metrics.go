@@ -23,6 +23,7 @@ type controllerMetrics struct {
 	// the token model (see tokens)
 	prefillToken, prefillSteps, stepLimit prometheus.Gauge
 	step                                  *prometheus.GaugeVec
+	plateau                               *prometheus.GaugeVec // the plateau's levels (see controller_plateau.go)
 }
 
 func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
@@ -53,16 +54,23 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 			Name: "kneecap_controller_step_seconds",
 			Help: "Learned decode step: base + per_running x running + per_kv_token x resident KV tokens, by term.",
 		}, []string{"term"}),
+		plateau: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kneecap_controller_plateau_level",
+			Help: "The plateau of the goodput curve: its first and last level (from, to), with goodput within 3 % of the best, and its left edge (left_edge), the lowest level within 2 % of the best; 0: no plateau.",
+		}, []string{"edge"}),
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")
 	for _, term := range []string{"base", "per_running", "per_kv_token"} {
 		m.step.WithLabelValues(term)
 	}
+	for _, e := range []string{"from", "to", "left_edge"} {
+		m.plateau.WithLabelValues(e)
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
 			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills,
-			m.prefillToken, m.prefillSteps, m.stepLimit, m.step} {
+			m.prefillToken, m.prefillSteps, m.stepLimit, m.step, m.plateau} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -102,4 +110,7 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 	m.step.WithLabelValues("base").Set(k.StepBase.Seconds())
 	m.step.WithLabelValues("per_running").Set(k.StepPerRunning.Seconds())
 	m.step.WithLabelValues("per_kv_token").Set(k.StepPerKVToken)
+	m.plateau.WithLabelValues("from").Set(float64(c.plat.from))
+	m.plateau.WithLabelValues("to").Set(float64(c.plat.to))
+	m.plateau.WithLabelValues("left_edge").Set(float64(c.plat.left))
 }

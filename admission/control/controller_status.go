@@ -62,6 +62,10 @@ type ControllerStatus struct {
 	// Tokens is the model of the engine's costs in tokens and the token
 	// budget it gives the limiter.
 	Tokens TokenStatus `json:"tokens"`
+	// Plateau is the run of levels whose goodput is within the noise of
+	// the best, as the last decision saw it; nil: none (no model yet, or
+	// no level meets the targets at the percentile).
+	Plateau *PlateauStatus `json:"plateau,omitempty"`
 	// Levels are at most maxStatusLevels (64) levels around the cap (see
 	// Status); LevelsOmitted counts the others that would have been listed.
 	Levels        []LevelStatus `json:"levels"`
@@ -96,6 +100,18 @@ type TokenStatus struct {
 	// operator's TTFT target with the engine to itself; longer ones are
 	// served when the engine has room, never refused for their size alone.
 	LongestMeeting int `json:"longest_prompt_meeting_ttft,omitempty"`
+}
+
+// PlateauStatus is the plateau of the goodput curve (see
+// controller_plateau.go): the levels From to To serve goodput within Noise
+// (req/s) of the best, Best; LeftEdge is the lowest level within 2 % of
+// it, the same goodput at the least latency.
+type PlateauStatus struct {
+	From     int   `json:"from"`
+	To       int   `json:"to"`
+	LeftEdge int   `json:"left_edge"`
+	Best     Float `json:"best_goodput_requests_per_second"`
+	Noise    Float `json:"noise"`
 }
 
 // LevelStatus is what the controller learned about one running count.
@@ -152,6 +168,9 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 		st.Reason += " (still learning: no level measured under demand for 20s yet)"
 	}
 	st.Attainment = Float(c.measuredAttainment(now))
+	if p := c.plat; p.to > 0 {
+		st.Plateau = &PlateauStatus{From: p.from, To: p.to, LeftEdge: p.left, Best: Float(p.best), Noise: Float(p.noise)}
+	}
 	st.Tokens = c.tokenStatus()
 	if w, ok := c.PredictWait(now, 0); ok {
 		st.PredictedWait = Float(w.Seconds())
