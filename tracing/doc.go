@@ -16,6 +16,13 @@
 //   - tracing.go: [Tracer]: [New] builds the provider (sampler, resource)
 //     and the OTLP/HTTP exporter on an HTTP client of its own; [Tracer.Run]
 //     exports until its context ends, then for [ShutdownTimeout] at most.
+//   - export.go and otlp.go: the OTLP/HTTP exporter of http/protobuf. It
+//     sends what the official exporter (otlptracehttp) sends, with its
+//     headers, gzip and retries, but writes the request's protobuf
+//     straight from the SDK's ended spans into a buffer it reuses, where
+//     the official one builds the generated messages first (allocations
+//     per attribute, most of a span's cost on the exporter's goroutine).
+//     http/json is sent by the official exporter.
 //   - queue.go: the span processor, a bounded queue in front of the
 //     exporter. A sampled span that ends is appended to the queue under a
 //     lock, without waiting; a full queue drops it. One goroutine exports
