@@ -65,6 +65,7 @@ func BenchmarkGatewayStream(b *testing.B) {
 			stop()
 			<-done
 			b.ReportMetric(float64(tr.Dropped()), "dropped")
+			b.ReportMetric(float64(tr.Exported()), "exported")
 		}()
 	}
 	h := g.Handler()
