@@ -50,7 +50,10 @@ type exporter struct {
 	wait    func(context.Context, time.Duration) error // between attempts: sleep
 }
 
-var _ sdktrace.SpanExporter = (*exporter)(nil)
+var (
+	_ sdktrace.SpanExporter = (*exporter)(nil)
+	_ stager                = (*exporter)(nil)
+)
 
 // retryPolicy is the official exporter's default retry configuration.
 type retryPolicy struct {
@@ -76,15 +79,28 @@ func newExporter(endpoint string, headers map[string]string, gz bool, client *ht
 	return &exporter{url: endpoint, header: h, gzip: gz, client: client, retry: defaultRetry, wait: sleep}
 }
 
-// ExportSpans implements sdktrace.SpanExporter.
+// ExportSpans implements sdktrace.SpanExporter: it sends spans after
+// those staged.
 func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	e.Stage(spans)
+	return e.Flush(ctx, e.enc.staged())
+}
+
+// Stage implements stager: the spans are encoded at once, and the SDK's
+// objects are let go.
+func (e *exporter) Stage(spans []sdktrace.ReadOnlySpan) { e.enc.stage(spans) }
+
+// Flush implements stager: it sends the n oldest staged spans, which are
+// unstaged whatever the outcome.
+func (e *exporter) Flush(ctx context.Context, n int) error {
+	n = min(n, e.enc.staged())
+	body := e.enc.request(n)
 	if e.stopped.Load() {
 		return errors.New("tracing: exporter is shut down")
 	}
-	if len(spans) == 0 {
+	if n == 0 {
 		return nil
 	}
-	body := e.enc.request(spans)
 	if e.gzip {
 		if e.gz == nil {
 			e.gz = gzip.NewWriter(&e.gzb)

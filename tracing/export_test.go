@@ -252,12 +252,47 @@ func TestEncoderInvalidUTF8(t *testing.T) {
 		Attributes: []attribute.KeyValue{attribute.String("gen_ai.request.model", bad), attribute.StringSlice(bad, []string{bad})}, Resource: resource.Empty()}}
 	var e encoder
 	var got coltracepb.ExportTraceServiceRequest
-	if err := proto.Unmarshal(e.request(stubs.Snapshots()), &got); err != nil {
+	e.stage(stubs.Snapshots())
+	if err := proto.Unmarshal(e.request(1), &got); err != nil {
 		t.Fatal(err)
 	}
 	s := got.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
 	if s.GetName() != "chat mod\uFFFD" || s.GetAttributes()[0].GetValue().GetStringValue() != "mod\uFFFD" ||
 		s.GetAttributes()[1].GetKey() != "mod\uFFFD" || s.GetAttributes()[1].GetValue().GetArrayValue().GetValues()[0].GetStringValue() != "mod\uFFFD" {
 		t.Errorf("%s", prototext.Format(s))
+	}
+}
+
+// TestEncoderStaged: a request takes the oldest staged spans and leaves
+// the others for the next one, which carries their own resources and
+// scopes.
+func TestEncoderStaged(t *testing.T) {
+	spans := testSpans(t)
+	var e encoder
+	e.stage(spans[:3])
+	names := func(b []byte) []string {
+		var m coltracepb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, rs := range m.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					out = append(out, rs.GetResource().GetAttributes()[len(rs.GetResource().GetAttributes())-1].GetValue().GetStringValue()+"/"+ss.GetScope().GetName()+"/"+s.GetName())
+				}
+			}
+		}
+		return out
+	}
+	if got := names(e.request(2)); !slices.Equal(got, []string{"kneecap/" + ScopeName + "/chat m", "other/" + ScopeName + "/"}) {
+		t.Errorf("first request: %q", got)
+	}
+	e.stage(spans[3:])
+	if got := names(e.request(10)); !slices.Equal(got, []string{"kneecap/s2/b", "kneecap/" + ScopeName + "/c", "other/s2/d"}) {
+		t.Errorf("second request: %q", got)
+	}
+	if e.staged() != 0 || len(e.groups) != 0 || len(e.spans) != 0 {
+		t.Errorf("left staged: %d spans, %d groups, %d bytes", e.staged(), len(e.groups), len(e.spans))
 	}
 }

@@ -25,11 +25,27 @@ import (
 // decodes both with the official proto package and compares them);
 // strings that are not valid UTF-8, which the official exporter cannot
 // marshal at all (it fails the whole batch), have their bad bytes
-// replaced. An encoder is reused from export to export by one goroutine;
-// its buffer is kept.
+// replaced.
+//
+// Spans are encoded as they are staged (stage), each into a Span message
+// kept in one buffer, so that the SDK's objects of an ended span live no
+// longer than its staging; request wraps the oldest of them in their
+// resource and scope. An encoder is used by one goroutine at a time, and
+// keeps its buffers from request to request.
 type encoder struct {
-	b    []byte
-	done []bool // spans already written, by index into the batch
+	spans  []byte  // the staged spans' Span messages, each a ScopeSpans field
+	ends   []int   // where each staged span's message ends in spans
+	group  []int   // each staged span's group (groups)
+	groups []group // the resources and scopes of the staged spans
+	b      []byte  // the last request
+	done   []bool  // request's spans already written
+}
+
+// group is a resource and an instrumentation scope.
+type group struct {
+	res   *resource.Resource
+	rkey  attribute.Distinct
+	scope instrumentation.Scope
 }
 
 // Field numbers of opentelemetry-proto (v1) that the encoder writes.
@@ -102,49 +118,99 @@ const (
 	flagIsRemote    = 0x200
 )
 
-// request encodes spans as one ExportTraceServiceRequest and returns its
-// bytes, valid until the next call. Spans are grouped by resource and then
-// by instrumentation scope, in the order they first appear (the SDK's
-// spans of one provider share both).
-func (e *encoder) request(spans []sdktrace.ReadOnlySpan) []byte {
-	e.b = e.b[:0]
-	e.done = slices.Grow(e.done[:0], len(spans))[:len(spans)]
-	clear(e.done)
-	for i, s := range spans {
-		if e.done[i] || s == nil {
+// staged returns the number of spans staged.
+func (e *encoder) staged() int { return len(e.ends) }
+
+// stage encodes spans after those staged already.
+func (e *encoder) stage(spans []sdktrace.ReadOnlySpan) {
+	for _, s := range spans {
+		if s == nil {
 			continue
 		}
 		res := s.Resource()
-		rkey := equivalent(res)
+		g := group{res: res, rkey: equivalent(res), scope: s.InstrumentationScope()}
+		gi := slices.IndexFunc(e.groups, func(h group) bool { return h.rkey == g.rkey && h.scope == g.scope })
+		if gi < 0 {
+			gi = len(e.groups)
+			e.groups = append(e.groups, g)
+		}
+		e.span(s)
+		e.ends = append(e.ends, len(e.spans))
+		e.group = append(e.group, gi)
+	}
+}
+
+// request returns the ExportTraceServiceRequest of the n oldest staged
+// spans (at most all), valid until the next call, and unstages them.
+// Spans are grouped by resource and then by instrumentation scope, in the
+// order they first appear (the SDK's spans of one provider share both).
+func (e *encoder) request(n int) []byte {
+	n = min(n, len(e.ends))
+	e.b = e.b[:0]
+	e.done = slices.Grow(e.done[:0], n)[:n]
+	clear(e.done)
+	msg := func(i int) []byte {
+		from := 0
+		if i > 0 {
+			from = e.ends[i-1]
+		}
+		return e.spans[from:e.ends[i]]
+	}
+	for i := range n {
+		if e.done[i] {
+			continue
+		}
+		g := e.groups[e.group[i]]
 		rs := len(e.b)
-		if res != nil {
+		if g.res != nil {
 			r := len(e.b)
-			e.attributes(fResourceAttributes, res.Attributes()) // in key order, as res.Iter
+			e.attributes(fResourceAttributes, g.res.Attributes()) // in key order, as res.Iter
 			e.end(fResourceSpansResource, r)
 		}
-		for j := i; j < len(spans); j++ {
-			if e.done[j] || spans[j] == nil || equivalent(spans[j].Resource()) != rkey {
+		for j := i; j < n; j++ {
+			if e.done[j] || e.groups[e.group[j]].rkey != g.rkey {
 				continue
 			}
-			scope := spans[j].InstrumentationScope()
+			gj := e.group[j]
+			scope := e.groups[gj].scope
 			ss := len(e.b)
 			e.scope(scope)
-			for k := j; k < len(spans); k++ {
-				if e.done[k] || spans[k] == nil || spans[k].InstrumentationScope() != scope || equivalent(spans[k].Resource()) != rkey {
-					continue
+			for k := j; k < n; k++ {
+				if !e.done[k] && e.group[k] == gj {
+					e.b = append(e.b, msg(k)...)
+					e.done[k] = true
 				}
-				e.span(spans[k])
-				e.done[k] = true
 			}
 			e.string(fScopeSpansSchemaURL, scope.SchemaURL)
 			e.end(fResourceSpansScopeSpans, ss)
 		}
-		if res != nil {
-			e.string(fResourceSpansSchemaURL, res.SchemaURL())
+		if g.res != nil {
+			e.string(fResourceSpansSchemaURL, g.res.SchemaURL())
 		}
 		e.end(fRequestResourceSpans, rs)
 	}
+	e.unstage(n)
 	return e.b
+}
+
+// unstage drops the n oldest staged spans.
+func (e *encoder) unstage(n int) {
+	if n == 0 {
+		return
+	}
+	cut := e.ends[n-1]
+	rest := copy(e.spans, e.spans[cut:])
+	e.spans = e.spans[:rest]
+	m := copy(e.ends, e.ends[n:])
+	e.ends = e.ends[:m]
+	for i := range e.ends {
+		e.ends[i] -= cut
+	}
+	e.group = e.group[:copy(e.group, e.group[n:])]
+	if len(e.ends) == 0 {
+		clear(e.groups) // let the resources go
+		e.groups = e.groups[:0]
+	}
 }
 
 func equivalent(r *resource.Resource) attribute.Distinct {
@@ -177,7 +243,10 @@ func (e *encoder) scope(s instrumentation.Scope) {
 	e.end(fScopeSpansScope, start)
 }
 
+// span appends s's Span message, a ScopeSpans field, to e.spans.
 func (e *encoder) span(s sdktrace.ReadOnlySpan) {
+	e.b, e.spans = e.spans, e.b // the field writers append to e.b
+	defer func() { e.b, e.spans = e.spans, e.b }()
 	start := len(e.b)
 	sc, parent := s.SpanContext(), s.Parent()
 	tid, sid := sc.TraceID(), sc.SpanID()
@@ -269,12 +338,25 @@ func (e *encoder) attributes(num protowire.Number, kvs []attribute.KeyValue) {
 	}
 }
 
-// keyValue writes a KeyValue; a scalar value's lengths are known in
-// advance, so that only arrays and maps are moved into place.
+// keyValue writes a KeyValue. A scalar value's lengths are known in
+// advance, so that it is written in one pass; arrays and maps are moved
+// into place (end). Each string is checked for UTF-8 once.
 func (e *encoder) keyValue(num protowire.Number, key string, v attribute.Value) {
 	key = valid(key)
-	n, ok := scalarSize(v)
-	if !ok {
+	var sv string
+	var n int // the AnyValue's size
+	switch v.Type() {
+	case attribute.STRING:
+		sv = valid(v.AsString())
+		n = 1 + protowire.SizeVarint(uint64(len(sv))) + len(sv)
+	case attribute.BOOL:
+		n = 2
+	case attribute.INT64: // a oneof's member is written even when zero
+		n = 1 + protowire.SizeVarint(uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		n = 9
+	case attribute.EMPTY:
+	default: // arrays, maps, bytes, and what the official transform calls INVALID
 		start := len(e.b)
 		e.string(fKeyValueKey, key)
 		vs := len(e.b)
@@ -283,42 +365,42 @@ func (e *encoder) keyValue(num protowire.Number, key string, v attribute.Value) 
 		e.end(num, start)
 		return
 	}
-	size := sizeBytes(fKeyValueKey, len(key)) + sizeBytes(fKeyValueValue, n)
-	if key == "" {
-		size -= sizeBytes(fKeyValueKey, 0)
+	size := 1 + protowire.SizeVarint(uint64(n)) + n
+	if key != "" {
+		size += 1 + protowire.SizeVarint(uint64(len(key))) + len(key)
 	}
-	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
-	e.b = protowire.AppendVarint(e.b, uint64(size))
-	e.string(fKeyValueKey, key)
-	e.b = protowire.AppendTag(e.b, fKeyValueValue, protowire.BytesType)
-	e.b = protowire.AppendVarint(e.b, uint64(n))
-	e.value(v)
-}
-
-// sizeBytes is the size of a length-delimited field of n bytes.
-func sizeBytes(num protowire.Number, n int) int {
-	return protowire.SizeTag(num) + protowire.SizeBytes(n)
-}
-
-// scalarSize is the size of the AnyValue of a value that is not an array
-// or a map; false for those.
-func scalarSize(v attribute.Value) (int, bool) {
+	b := protowire.AppendTag(e.b, num, protowire.BytesType)
+	b = appendVarint(b, uint64(size))
+	if key != "" {
+		b = append(b, fKeyValueKey<<3|byte(protowire.BytesType))
+		b = appendVarint(b, uint64(len(key)))
+		b = append(b, key...)
+	}
+	b = append(b, fKeyValueValue<<3|byte(protowire.BytesType))
+	b = appendVarint(b, uint64(n))
 	switch v.Type() {
-	case attribute.BOOL:
-		return 2, true
-	case attribute.INT64: // a oneof's member is written even when zero
-		return 1 + protowire.SizeVarint(uint64(v.AsInt64())), true
-	case attribute.FLOAT64:
-		return 9, true
 	case attribute.STRING:
-		return sizeBytes(fAnyString, len(valid(v.AsString()))), true
-	case attribute.EMPTY:
-		return 0, true
-	case attribute.BOOLSLICE, attribute.INT64SLICE, attribute.FLOAT64SLICE, attribute.STRINGSLICE,
-		attribute.BYTESLICE, attribute.SLICE, attribute.MAP:
-		return 0, false
+		b = append(b, fAnyString<<3|byte(protowire.BytesType))
+		b = appendVarint(b, uint64(len(sv)))
+		b = append(b, sv...)
+	case attribute.BOOL:
+		b = append(b, fAnyBool<<3|byte(protowire.VarintType), byte(protowire.EncodeBool(v.AsBool())))
+	case attribute.INT64:
+		b = append(b, fAnyInt<<3|byte(protowire.VarintType))
+		b = appendVarint(b, uint64(v.AsInt64()))
+	case attribute.FLOAT64:
+		b = append(b, fAnyDouble<<3|byte(protowire.Fixed64Type))
+		b = protowire.AppendFixed64(b, math.Float64bits(v.AsFloat64()))
 	}
-	return sizeBytes(fAnyString, len("INVALID")), true
+	e.b = b
+}
+
+// appendVarint is protowire.AppendVarint with the one-byte case inlined.
+func appendVarint(b []byte, v uint64) []byte {
+	if v < 0x80 {
+		return append(b, byte(v))
+	}
+	return protowire.AppendVarint(b, v)
 }
 
 // value writes an AnyValue's fields (the oneof member), as the official
@@ -341,8 +423,9 @@ func (e *encoder) value(v attribute.Value) {
 		e.b = protowire.AppendTag(e.b, fAnyBytes, protowire.BytesType)
 		e.b = protowire.AppendBytes(e.b, v.AsByteSlice())
 	case attribute.EMPTY:
-	case attribute.BOOLSLICE:
-		e.array(len(v.AsBoolSlice()), func(i int) attribute.Value { return attribute.BoolValue(v.AsBoolSlice()[i]) })
+	case attribute.BOOLSLICE: // each As...Slice copies the slice: once
+		s := v.AsBoolSlice()
+		e.array(len(s), func(i int) attribute.Value { return attribute.BoolValue(s[i]) })
 	case attribute.INT64SLICE:
 		s := v.AsInt64Slice()
 		e.array(len(s), func(i int) attribute.Value { return attribute.Int64Value(s[i]) })
@@ -383,8 +466,10 @@ func (e *encoder) string(num protowire.Number, s string) {
 	if s == "" {
 		return
 	}
+	s = valid(s)
 	e.b = protowire.AppendTag(e.b, num, protowire.BytesType)
-	e.b = protowire.AppendString(e.b, valid(s))
+	e.b = appendVarint(e.b, uint64(len(s)))
+	e.b = append(e.b, s...)
 }
 
 func (e *encoder) bytes(num protowire.Number, b []byte) {
