@@ -23,10 +23,11 @@ import (
 
 // exporter sends spans over OTLP/HTTP in protobuf as the official
 // exporter (otlptracehttp) does, with its headers, compression and
-// retries, but encodes them straight from the SDK's ended spans into a
-// buffer it reuses (encoder): the official one builds the generated proto
-// messages first, a few allocations per attribute, and allocates the
-// request's bytes anew per export. The retries are the official
+// retries, but encodes them straight from the SDK's ended spans into
+// buffers it reuses (encoder): the official one builds the generated
+// proto messages first, a few allocations per attribute, and allocates
+// the request's bytes anew per export. The queue stages spans as they end
+// (Stage: encoded at once) and sends them in batches (Flush). The retries are the official
 // exporter's: a 429, 502, 503 or 504 answer or a temporary network error
 // is retried after an exponential backoff (5 s, 1.5x, up to 30 s, 50 %
 // jitter) or the collector's Retry-After when longer, for a minute at
@@ -34,7 +35,7 @@ import (
 // A partial success (spans the collector rejected) fails it too, as it
 // does there.
 //
-// ExportSpans is called by one goroutine at a time (queue.run).
+// Its methods are called by one goroutine at a time (queue.run).
 type exporter struct {
 	url    string
 	header http.Header // every export's, Content-Type and User-Agent included
