@@ -16,7 +16,7 @@
 //   - tracing.go: [Tracer]: [New] builds the provider (sampler, resource)
 //     and the OTLP/HTTP exporter on an HTTP client of its own; [Tracer.Run]
 //     exports until its context ends, then for [ShutdownTimeout] at most.
-//   - export.go and otlp.go: the OTLP/HTTP exporter of http/protobuf. It
+//   - export.go, otlp.go and otlp_values.go: the OTLP/HTTP exporter of http/protobuf. It
 //     sends what the official exporter (otlptracehttp) sends, with its
 //     headers, gzip and retries, but writes the request's protobuf
 //     straight from the SDK's ended spans into buffers it reuses, where
