@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"net/http"
+	"net/textproto"
 	"strconv"
 	"sync"
 	"time"
@@ -35,10 +36,12 @@ import (
 // traceContext is the W3C Trace Context propagator.
 var traceContext = propagation.TraceContext{}
 
-// serverKind is the option of every span, made once.
-var serverKind = trace.WithSpanKind(trace.SpanKindServer)
+// startOptions are the options of every span, made once: a variadic
+// slice built per call escapes through the interface and allocates.
+var startOptions = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
 
-// spanState is what a traced request keeps for its span beyond its record.
+// spanState is what a traced request keeps for its span beyond its record,
+// and, once it has ended, the snapshot its span is ended from (spanEnd).
 type spanState struct {
 	span      trace.Span
 	parsed    bool // the body was read and parsed (noteRequest)
@@ -46,7 +49,37 @@ type spanState struct {
 	maxTokens int  // max_completion_tokens or max_tokens, 0 when not given
 	model     string
 	finish    []string
+	spanEnd
 }
+
+// headerCarrier is the propagator's carrier over a request's headers: the
+// W3C names map to their canonical form directly, where http.Header's Get
+// and Set would allocate the canonical form of the lower-case names the
+// propagator uses.
+type headerCarrier http.Header
+
+func (c headerCarrier) Get(key string) string {
+	switch key {
+	case "traceparent":
+		key = "Traceparent"
+	case "tracestate":
+		key = "Tracestate"
+	}
+	return textproto.MIMEHeader(c).Get(key)
+}
+
+func (c headerCarrier) Set(key, value string) {
+	switch key {
+	case "traceparent":
+		c["Traceparent"] = []string{value}
+	case "tracestate":
+		c["Tracestate"] = []string{value}
+	default:
+		http.Header(c).Set(key, value)
+	}
+}
+
+func (c headerCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
 
 // The GenAI conventions' names (semantic conventions, gen_ai registry),
 // and kneecap's own under one prefix. Durations are in seconds.
@@ -121,10 +154,23 @@ func GenAI(route string) (operation, provider string) {
 // startSpan starts the request's span (see above); x.tr is nil without a
 // tracer.
 func (p *Proxy) startSpan(x *exchange) {
-	ctx := traceContext.Extract(x.r.Context(), propagation.HeaderCarrier(x.r.Header))
+	ctx := traceContext.Extract(x.r.Context(), headerCarrier(x.r.Header))
 	op, _ := GenAI(x.rec.Route)
-	_, span := p.cfg.Tracer.Start(ctx, op, serverKind) // it starts now: at the record's Arrival, give or take a microsecond
-	x.tr = &spanState{span: span}
+	x.tr = statePool.Get().(*spanState)
+	_, x.tr.span = p.cfg.Tracer.Start(ctx, op, startOptions...) // it starts now: at the record's Arrival, give or take a microsecond
+}
+
+// statePool holds the spans' states (spanState) for reuse: a state is put
+// back once its span has ended (release), so that a traced request does
+// not allocate its half a kilobyte.
+var statePool = sync.Pool{New: func() any { return new(spanState) }}
+
+// release empties s and puts it back in statePool; nothing may use it
+// after.
+func (s *spanState) release() {
+	clear(s.finish)
+	*s = spanState{finish: s.finish[:0]}
+	statePool.Put(s)
 }
 
 // noteRequest keeps what the span says of the request's body.
@@ -143,7 +189,7 @@ func (s *spanState) noteRequest(req wire.Request) {
 func (s *spanState) propagate(h http.Header) {
 	h.Del("Traceparent")
 	h.Del("Tracestate")
-	traceContext.Inject(trace.ContextWithSpan(context.Background(), s.span), propagation.HeaderCarrier(h))
+	traceContext.Inject(trace.ContextWithSpan(context.Background(), s.span), headerCarrier(h))
 }
 
 // maxFinish bounds the finish reasons kept (one per choice).
@@ -167,7 +213,6 @@ func (s *spanState) noteAnswer(shape wire.Shape, data []byte) {
 // ended, so that it may run on another goroutine (Config.SpanWork): the
 // request's writer and ticket are not touched after it.
 type spanEnd struct {
-	*spanState
 	rec        slo.Record
 	base       slo.Targets // the operator's targets
 	ticketed   bool
@@ -175,6 +220,10 @@ type spanEnd struct {
 	granted    time.Time
 	retryAfter string
 	end        time.Time
+	// The options of the span's End and events, in the span's own memory:
+	// a variadic slice built per call escapes and allocates.
+	endOpt   [1]trace.SpanEndOption
+	eventOpt [2][1]trace.EventOption
 }
 
 // endSpan ends the request's span: at once when it is not recorded (not
@@ -182,27 +231,37 @@ type spanEnd struct {
 // of the request. A span whose end SpanWork refuses (its queue is full) is
 // never ended: the tracer has counted it as dropped.
 func (p *Proxy) endSpan(x *exchange) {
-	if !x.tr.span.IsRecording() {
-		x.tr.span.End()
+	s := x.tr
+	x.tr = nil // s is the span's end's, then statePool's
+	if !s.span.IsRecording() {
+		s.span.End()
+		s.release()
 		return
 	}
-	e := &spanEnd{spanState: x.tr, rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now()}
+	s.spanEnd = spanEnd{rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now()}
 	if t := x.ticket; t != nil {
-		e.ticketed, e.grant, e.granted = true, t.Grant(), t.Granted()
+		s.ticketed, s.grant, s.granted = true, t.Grant(), t.Granted()
 	}
 	if p.cfg.SpanWork == nil {
-		e.run()
+		s.run()
 		return
 	}
-	_ = p.cfg.SpanWork(e.run) // refused: the tracer counted the span as dropped
+	if !p.cfg.SpanWork(s.run) { // refused: the tracer counted the span as dropped
+		s.release()
+	}
 }
 
 // run sets the span's name, attributes, events and status from the judged
 // record, and ends it. The targets are set when they differ from the
 // operator's: a class's, or the request's headers'.
-func (e *spanEnd) run() {
-	s, rec, base := e.spanState, &e.rec, e.base
-	defer s.span.End(trace.WithTimestamp(e.end))
+func (s *spanState) run() {
+	e := &s.spanEnd
+	rec, base := &e.rec, e.base
+	defer func() {
+		e.endOpt[0] = trace.WithTimestamp(e.end)
+		s.span.End(e.endOpt[:]...)
+		s.release()
+	}()
 	op, provider := GenAI(rec.Route)
 	model := clip(rec.Model)
 	if model != "" {
@@ -274,12 +333,14 @@ func (e *spanEnd) run() {
 			a = append(a, attribute.Float64(attrPredTTFT, (rec.QueueWait+g.EngineTTFT).Seconds()))
 		}
 		secs(attrPredTPOT, int64(g.Step))
-		s.span.AddEvent(eventGrant, trace.WithTimestamp(e.granted))
+		e.eventOpt[0][0] = trace.WithTimestamp(e.granted)
+		s.span.AddEvent(eventGrant, e.eventOpt[0][:]...)
 	}
 	if rec.FirstObserved() {
 		secs(attrTTFT, int64(rec.TTFT))
 		secs(attrEngineTTFT, int64(rec.EngineTTFT))
-		s.span.AddEvent(eventFirst, trace.WithTimestamp(rec.Arrival.Add(rec.TTFT)))
+		e.eventOpt[1][0] = trace.WithTimestamp(rec.Arrival.Add(rec.TTFT))
+		s.span.AddEvent(eventFirst, e.eventOpt[1][:]...)
 	}
 	if tpot, ok := rec.TPOT(); ok {
 		secs(attrTPOT, int64(tpot))

@@ -16,9 +16,21 @@
 //   - tracing.go: [Tracer]: [New] builds the provider (sampler, resource)
 //     and the OTLP/HTTP exporter on an HTTP client of its own; [Tracer.Run]
 //     exports until its context ends, then for [ShutdownTimeout] at most.
+//   - export.go, otlp.go and otlp_values.go: the OTLP/HTTP exporter of http/protobuf. It
+//     sends what the official exporter (otlptracehttp) sends, with its
+//     headers, gzip and retries, but writes the request's protobuf
+//     straight from the SDK's ended spans into buffers it reuses, where
+//     the official one builds the generated messages first (allocations
+//     per attribute, most of a span's cost on the exporter's goroutine).
+//     A span is encoded when it is staged, as soon as the exporter's
+//     goroutine has ended it, not when its batch leaves, so that the SDK's
+//     objects of the spans waiting for their batch are not kept on the
+//     heap. http/json is sent by the official exporter.
 //   - queue.go: the span processor, a bounded queue in front of the
 //     exporter. A sampled span that ends is appended to the queue under a
-//     lock, without waiting; a full queue drops it. One goroutine exports
+//     lock, without waiting; a full queue drops it (the bound counts the
+//     spans staged in the exporter too). One goroutine stages the ended
+//     spans whenever it wakes and exports
 //     batches: each OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans as they fill (the
 //     span that fills one wakes it), and what is left every
 //     OTEL_BSP_SCHEDULE_DELAY, each export bounded by
