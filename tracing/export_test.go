@@ -1,9 +1,7 @@
 package tracing
 
 import (
-	"compress/gzip"
 	"context"
-	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +21,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/kneecap/kneecap/tracing/otlptest"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
 )
@@ -38,16 +38,7 @@ type capture struct {
 }
 
 func (c *capture) serve(w http.ResponseWriter, r *http.Request) {
-	var body io.Reader = r.Body
-	if r.Header.Get("Content-Encoding") == "gzip" {
-		gz, err := gzip.NewReader(r.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = gz
-	}
-	b, err := io.ReadAll(body)
+	b, err := otlptest.ReadBody(r)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

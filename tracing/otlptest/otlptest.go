@@ -70,16 +70,7 @@ func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 		http.NotFound(w, req)
 		return
 	}
-	var body io.Reader = req.Body
-	if req.Header.Get("Content-Encoding") == "gzip" {
-		gz, err := gzip.NewReader(req.Body)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		body = gz
-	}
-	b, err := io.ReadAll(body)
+	b, err := ReadBody(req)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -210,4 +201,18 @@ func (s Span) String() string {
 		fmt.Fprintf(&b, "  event %s at +%v\n", e.Name, e.Time.Sub(s.Start).Round(time.Microsecond))
 	}
 	return b.String()
+}
+
+// ReadBody reads an export request's body, gunzipped when its
+// Content-Encoding is gzip.
+func ReadBody(req *http.Request) ([]byte, error) {
+	var body io.Reader = req.Body
+	if req.Header.Get("Content-Encoding") == "gzip" {
+		gz, err := gzip.NewReader(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		body = gz
+	}
+	return io.ReadAll(body)
 }
