@@ -21,10 +21,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
-
-	"github.com/kneecap/kneecap/tracing/otlptest"
 	"google.golang.org/protobuf/encoding/prototext"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/kneecap/kneecap/tracing/otlptest"
 )
 
 // capture is a collector that keeps each export's body (unzipped), its
