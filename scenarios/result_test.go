@@ -82,3 +82,21 @@ func TestMarkNotMet(t *testing.T) {
 		t.Fatalf("%+v", checks)
 	}
 }
+
+// The held cap is the one in force longest inside the window, not the
+// last one nor one held only before the window.
+func TestHeldCap(t *testing.T) {
+	s := time.Second
+	caps := []CapPoint{{0, 2}, {10 * s, 9}, {100 * s, 5}, {130 * s, 6}, {150 * s, 5}}
+	// Window 60-200 s: 9 for 40 s, 5 for 30+50 s, 6 for 20 s.
+	if got := heldCap(caps, 60*s, 200*s); got != 5 {
+		t.Fatalf("held cap %d, want 5", got)
+	}
+	// Window 0-100 s: 2 for 10 s, 9 for 90 s.
+	if got := heldCap(caps, 0, 100*s); got != 9 {
+		t.Fatalf("held cap %d, want 9", got)
+	}
+	if got := heldCap(nil, 0, 100*s); got != 0 {
+		t.Fatalf("held cap of no trajectory %d, want 0", got)
+	}
+}

@@ -116,9 +116,10 @@ type plan struct {
 	down   int     // the nearest level at or below the cap meeting P
 	up     int     // the end of the run of levels above the cap meeting P + hysteresis
 	over   bool    // target chosen for goodput although it misses P
-	// plateau is the plateau among the levels meeting P (none when the
-	// target was chosen for goodput although it misses P).
-	plateau plateau
+	// limit is the highest level nF was chosen among, classes the shares
+	// it was weighed with (for the plateau: see Decide).
+	limit   int
+	classes []class
 }
 
 // plan computes the target level:
@@ -146,11 +147,9 @@ func (c *Controller) plan(now time.Time) plan {
 	}
 	nF, gF := c.goodputBest(classes, c.cfg.MinCap, limit)
 	nX, gX := c.goodputBest(classes, c.cfg.MinCap, min(c.cfg.MaxCap, 2*c.cap+16))
-	p.target, p.gT = nF, gF
+	p.target, p.gT, p.limit, p.classes = nF, gF, limit, classes
 	if gX > (1+goodputOverride)*gF {
 		p.target, p.gT, p.over = nX, gX, true
-	} else {
-		p.plateau = c.plateauOf(classes, c.cfg.MinCap, limit)
 	}
 	return p
 }
@@ -230,7 +229,13 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h)) // NaN: dropped
 	}
 	pl := c.plan(now)
-	c.plat = pl.plateau
+	// The plateau among the levels meeting P, for /status and the metrics:
+	// once a decision, not in every plan (the Gate plans for a request
+	// that would queue). None when the target misses P for goodput.
+	c.plat = plateau{}
+	if !pl.over {
+		c.plat = c.plateauOf(pl.classes, c.cfg.MinCap, pl.limit)
+	}
 	demand := c.noteLoad(now, load)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
