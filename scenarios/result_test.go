@@ -77,7 +77,7 @@ func TestMarkNotMet(t *testing.T) {
 		{What: "adaptive >= 0.95 x oracle (0.9)"},
 		{What: "idle slots again", OK: true},
 	}
-	markNotMet(1, checks)
+	markNotMet(9, checks)
 	if checks[0].Reported == "" || checks[1].Reported != "" || checks[2].Reported != "" {
 		t.Fatalf("%+v", checks)
 	}

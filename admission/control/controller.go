@@ -190,9 +190,9 @@ const (
 // requests meeting every target of their class), the mean slot hold
 // Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
 // (Little's law). Decide keeps the cap at the largest level within 3 % of
-// the best goodput among those with A >= P, and moves it in bounded steps
-// with hysteresis (see Decide); the plateau of levels near the best is
-// reported (controller_plateau.go). A shift in the step time or engine TTFT at
+// the best goodput among those with A >= P and, under sustained demand,
+// walks it to the plateau's left edge (controller_plateau.go); it moves it
+// in bounded steps with hysteresis (see Decide). A shift in the step time or engine TTFT at
 // the cap's level cuts the memory. Admit is the deadline-aware queue:
 // predicted wait + engine TTFT against the request's TTFT target, and a
 // Retry-After that is the predicted time until a slot frees.
@@ -248,7 +248,9 @@ type Controller struct {
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
-	plat       plateau // the last decision's plateau (see controller_plateau.go)
+	plat       plateau  // the last decision's plateau (see controller_plateau.go)
+	walked     bool     // the cap walked to the left edge and holds there (mayLeaveLeft)
+	smooth     perLevel // each plateau level's goodput averaged over leftMemory (noteLeft)
 }
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.
@@ -270,6 +272,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		classes:     map[slo.Targets]*decayed{},
 		measured:    map[slo.Targets]perLevel{},
 		dwell:       perLevel{},
+		smooth:      perLevel{},
 		failed:      map[int]failure{},
 		probes:      map[int]failure{},
 		cap:         cfg.InitialCap,

@@ -193,6 +193,10 @@ const (
 //     predicts no gain in throughput), at most once per probeBackoff from
 //     a level, doubling; not with the token model's decode step, which
 //     predicts the level above from the KV cache (see shouldProbe);
+//   - lower by one towards the plateau's left edge under sustained demand
+//     once the model has relearned the engine (see mayWalkLeft); from
+//     there, raise only one level at a time for moveGain with the level
+//     measured (mayLeaveLeft);
 //   - otherwise hold.
 //
 // A level the cap was lowered from for missing P is barred from raises for
@@ -236,9 +240,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	if !pl.over {
 		c.plat = c.plateauOf(pl.classes, c.cfg.MinCap, pl.limit)
 	}
+	c.plat.left = c.noteLeft(now, pl.classes, c.plat)
 	demand := c.noteLoad(now, load)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
+	walk := false // a step towards the plateau's left edge, or one level up from it
 	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
 	switch {
 	case !settled:
@@ -258,7 +264,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.cap--
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
-	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)):
+	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)) && c.mayLeaveLeft(pl):
 		// A level barred for missing P may still be chosen for goodput.
 		c.cap = max(old, min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.engineBound(now), c.usefulCap()))
 		for n := old + 2; n <= c.cap && !pl.over; n++ {
@@ -267,12 +273,21 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 				break
 			}
 		}
+		if c.walked {
+			// From the left edge, one level at a time: the measured
+			// goodput that allowed the raise is one level's.
+			c.cap = min(c.cap, old+1)
+		}
 		c.reason = c.raiseReason(old, pl, "")
 	case demand && pl.up >= c.cap && c.cap < c.engineBound(now) && c.shouldProbe(now):
 		f := c.probes[old]
 		c.probes[old] = failure{at: now, count: f.count + 1}
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
+	case demand && c.mayWalkLeft(now, pl, load):
+		c.cap--
+		walk = true
+		c.reason = c.walkReason(old, pl)
 	default:
 		if r := c.holdReason(pl); r != "" {
 			c.reason = r
@@ -282,6 +297,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	if c.cap == old { // a raise the engine's own limit took back
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
+	c.walked = walk
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 }
@@ -401,6 +417,21 @@ func (c *Controller) dwellAtCap() bool {
 // while there is demand (clients return at whole-second Retry-Afters): a
 // small cap loses a larger share of its time to it.
 func (c *Controller) goodput(classes []class, n int) float64 {
+	g := c.modelGoodput(classes, n)
+	// Feedback: where the cap has held long enough, the goodput measured
+	// there (good completions per second of holding) takes over from the
+	// prediction, w = min(1, dwell / 60s); it carries what the model
+	// leaves out (slots idle between clients, queue waits, misses).
+	if d := c.dwell.get(n); g > 0 && d.w >= minDwell {
+		w := math.Min(1, d.w/fullDwell)
+		g = w*d.sum/d.w + (1-w)*g
+	}
+	return g
+}
+
+// modelGoodput is the goodput the model predicts at n, without what was
+// measured while the cap held n.
+func (c *Controller) modelGoodput(classes []class, n int) float64 {
 	h := c.predict(n).Hold
 	if h <= 0 {
 		return 0
@@ -415,16 +446,7 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 	if att < minAttainment {
 		return 0 // not an operating point, whatever was measured before
 	}
-	g := float64(n) / h * att
-	// Feedback: where the cap has held long enough, the goodput measured
-	// there (good completions per second of holding) takes over from the
-	// prediction, w = min(1, dwell / 60s); it carries what the model
-	// leaves out (slots idle between clients, queue waits, misses).
-	if d := c.dwell.get(n); d.w >= minDwell {
-		w := math.Min(1, d.w/fullDwell)
-		g = w*d.sum/d.w + (1-w)*g
-	}
-	return g
+	return float64(n) / h * att
 }
 
 // Dwell needed before a level's measured goodput is used, and for it to

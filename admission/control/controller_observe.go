@@ -96,7 +96,9 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 		other = c.gap
 	}
 	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
-	clear(c.failed)     // what failed before may work now, and vice versa
+	c.walked = false    // the plateau is learnt again
+	clear(c.smooth)
+	clear(c.failed) // what failed before may work now, and vice versa
 	clear(c.probes)
 	c.idle = decayed{}
 	clear(c.dwell)    // goodput measured in the old regime

@@ -1,15 +1,25 @@
 package control
 
-// The plateau. Near the knee goodput is flat over several levels: past
-// the level where the engine's throughput stops growing, one more running
-// request adds as much time per token as it adds work, until the targets
-// start to fail. Every level of that plateau serves the same goodput, and
-// the lower ones serve it at less latency: fewer requests share each
-// decode step. The plan aims at the plateau's right end (the largest level
-// within goodputSlack of the best; see goodputBest). Each decision finds
-// the plateau and /status, the metrics and the live page show it, with its
-// left edge: the lowest level within leftSlack of the best, where the same
-// goodput is served at the least latency.
+import (
+	"fmt"
+	"time"
+)
+
+// The plateau and its left edge. Near the knee goodput is flat over
+// several levels: past the level where the engine's throughput stops
+// growing, one more running request adds as much time per token as it adds
+// work, until the targets start to fail. Every level of that plateau
+// serves the same goodput, and the lower ones serve it at less latency:
+// fewer requests share each decode step, so each one streams faster and
+// ends sooner, and a closed-loop client (or a small tenant, served first
+// by the fair queue) comes back sooner. The plan aims at the plateau's
+// right end (the largest level within goodputSlack of the best; see
+// goodputBest), where a free slot is least often idle and a shift is seen
+// first. Under sustained demand, once the model has relearned the level
+// the cap holds (relearnDwell since the last detected shift), the cap
+// walks to the left edge one level at a time (mayWalkLeft), and leaves it
+// only for a measured gain (mayLeaveLeft). /status, the metrics and the
+// live page show the plateau and its left edge.
 
 // plateau is the run of levels around the goodput-best level whose
 // goodput is within the noise of the best.
@@ -21,8 +31,63 @@ type plateau struct {
 }
 
 // leftSlack is how far below the best goodput the left edge may be: less
-// than goodputSlack, the gain for which the cap is raised.
-const leftSlack = 0.02
+// than goodputSlack, the gain for which the cap is raised. With 2 % the
+// walk cost scenarios 11 and 18 (a slowly drifting engine, and a knee at
+// the engine's own slot count) 0.5-1.5 % of their goodput over seeds 1-3;
+// with 1 % at most 0.5 %.
+const leftSlack = 0.01
+
+// leftDwell is how long the cap holds each level of the walk to the left
+// edge before the next step; relearnDwell is how long the cap must have
+// held its level under demand since the last detected shift (dwell is
+// cleared by one) before the walk starts: until then the cap holds the
+// right end, as where the model has relearned the engine.
+const (
+	leftDwell    = 2 * settleTime
+	relearnDwell = 30 // seconds (dwell decays with the memory: 60 s is never reached)
+)
+
+// noteLeft averages each level's goodput, as the plan weighs it, over the
+// decisions of the last leftMemory (c.smooth) and returns the left edge
+// of that average: the lowest level of the run below the best whose
+// average is within leftSlack of the best's. A prediction swings by more
+// than leftSlack from one decision to the next; stepping on each one, the
+// walk drifted to where the true goodput was 3 % below the best (a step
+// left is taken on a swing down, a step back needs 10 % measured).
+func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) int {
+	if p.to == 0 {
+		clear(c.smooth)
+		return 0
+	}
+	lo := max(c.cfg.MinCap, p.from-leftReach)
+	for n := range c.smooth {
+		if n < lo || n > p.to {
+			delete(c.smooth, n)
+		}
+	}
+	best, bestN := 0.0, 0
+	for n := lo; n <= p.to; n++ {
+		d := c.smooth.at(n)
+		d.add(now, leftMemory, c.goodput(classes, n))
+		if m := d.mean(); m > best {
+			best, bestN = m, n
+		}
+	}
+	left := bestN
+	for left > lo && c.smooth.at(left-1).mean() >= (1-leftSlack)*best {
+		left--
+	}
+	return left
+}
+
+// leftMemory is the time constant of the averaged goodput per level that
+// the left edge is taken from; leftReach how many levels below the
+// plateau of the last prediction are averaged too (the plateau of one
+// prediction is as noisy as the prediction).
+const (
+	leftMemory = 30 * time.Second
+	leftReach  = 4
+)
 
 // plateauOf finds the plateau among levels lo..hi.
 func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
@@ -54,3 +119,69 @@ func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 	}
 	return p
 }
+
+// mayWalkLeft reports whether the cap may step towards the plateau's left
+// edge: it is on the plateau above the left edge, the engine ran at the
+// cap (the count binds, not the token budget) with requests waiting or
+// refused, the load is not light, the cap held its level leftDwell, and
+// since the last detected shift the cap has held a level under demand long
+// enough for the model to have relearned it.
+func (c *Controller) mayWalkLeft(now time.Time, pl plan, load Load) bool {
+	p := c.plat
+	if p.to == 0 || p.left == 0 || c.cap <= p.left || c.cap > p.to {
+		return false
+	}
+	if streamed := c.streamedShare(); streamed < minStreamedShare {
+		return false
+	}
+	if load.PeakRunning < c.cap || (load.PeakQueued == 0 && load.Rejected == 0) || c.lightLoad(float64(c.cap)) {
+		return false
+	}
+	if now.Sub(c.changedAt) < leftDwell {
+		return false
+	}
+	for _, d := range c.dwell {
+		if d.w >= relearnDwell {
+			return true
+		}
+	}
+	return false
+}
+
+// walkReason is the reason of a step towards the left edge.
+func (c *Controller) walkReason(old int, pl plan) string {
+	p := c.plat
+	return fmt.Sprintf("lower %d->%d towards the plateau's left edge %d: goodput within %.0f%% of the best (%.3f req/s) from %d to %d, at less latency",
+		old, c.cap, p.left, 100*leftSlack, p.best, p.from, p.to)
+}
+
+// mayLeaveLeft reports whether a raise for goodput may leave the level
+// the cap walked to: the prediction at one level swings by more than the
+// 3 % a raise needs from one decision to the next, so from the left edge
+// the cap is raised only for moveGain (10 %) with the level measured, as
+// it is lowered for goodput.
+func (c *Controller) mayLeaveLeft(pl plan) bool {
+	return !c.walked || pl.over || (pl.gT > (1+moveGain)*pl.gCap && c.dwellAtCap())
+}
+
+// streamedShare is the share of recent requests judged by their time per
+// output token (streamed); the others are judged by E2E alone.
+func (c *Controller) streamedShare() float64 {
+	total, streamed := 0.0, 0.0
+	for t, d := range c.classes {
+		total += d.w
+		if t.TPOT > 0 {
+			streamed += d.w
+		}
+	}
+	if total <= 0 {
+		return 1
+	}
+	return streamed / total
+}
+
+// minStreamedShare is the share of streamed requests from which the cap
+// walks to the left edge. A request judged by E2E alone gains nothing
+// there: by Little's law, at the same goodput, a lower cap moves its time
+// from the engine to the queue.
+const minStreamedShare = 0.9

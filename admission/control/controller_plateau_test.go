@@ -1,6 +1,7 @@
 package control
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -22,10 +23,11 @@ func TestControllerReportsThePlateau(t *testing.T) {
 	if p == nil {
 		t.Fatalf("no plateau in the status (reason %q)", st.Reason)
 	}
-	// Goodput 0.792 req/s at 9; within 2 % of it from 5 (0.781), within
-	// 3 % from 4 (0.775).
-	if p.From > p.LeftEdge || p.LeftEdge >= p.To || p.To < 8 || p.LeftEdge > 6 || p.LeftEdge < 4 {
-		t.Errorf("plateau %+v: want a left edge of 4-6 below a right end of at least 8", *p)
+	// Goodput 0.792 req/s at 9; within 1 % of it from 6 or 7 (the left
+	// edge is taken from each level's prediction averaged over 30 s),
+	// within 3 % from 4 (0.775).
+	if p.From > p.LeftEdge || p.LeftEdge >= p.To || p.To < 8 || p.LeftEdge > 7 || p.LeftEdge < 5 || p.From > 5 {
+		t.Errorf("plateau %+v: want a left edge of 5-7 below a right end of at least 8, from at most 5", *p)
 	}
 	if got := float64(p.Noise); got < 0.02 || got > 0.03 {
 		t.Errorf("noise %.4f req/s, want 3 %% of the best goodput %.3f", got, float64(p.Best))
@@ -36,5 +38,60 @@ func TestControllerReportsThePlateau(t *testing.T) {
 	now, _ = bf16Like().run(t, c, t0, 3*time.Minute)
 	if p := c.Status(now).Plateau; p == nil || p.LeftEdge != p.To {
 		t.Errorf("bf16-like plateau %+v: want its left edge at its right end", p)
+	}
+}
+
+func TestControllerWalksToThePlateausLeftEdge(t *testing.T) {
+	e := flatLike()
+	// From the right end: a raise needs 3 % more goodput, which a curve
+	// this flat never promises one level up.
+	c := NewController(ControllerConfig{InitialCap: 9})
+	now, caps := e.run(t, c, t0, 6*time.Minute)
+	// Goodput at 9 (the right end) is 0.792 req/s; within 1 % of it from
+	// 6 up; 5 gives 0.781.
+	final := caps[len(caps)-1]
+	if caps[0] != 9 || final > 7 || final < 5 {
+		t.Fatalf("final cap %d: want the left edge 6 (5-7) from 9; caps %v", final, caps)
+	}
+	st := c.Status(now)
+	if st.Plateau == nil {
+		t.Fatalf("no plateau in the status: %+v", st)
+	}
+	if p := st.Plateau; p.LeftEdge > final || p.From > p.LeftEdge || p.To < 8 {
+		t.Errorf("plateau %+v with the cap at %d", *p, final)
+	}
+	if !strings.Contains(st.Reason, "left edge") {
+		t.Errorf("reason %q", st.Reason)
+	}
+	// Held there: the noise of the prediction alone does not raise it.
+	_, more := e.run(t, c, now, 3*time.Minute)
+	for _, n := range more {
+		if n != final {
+			t.Fatalf("left the left edge %d: %v", final, more)
+		}
+	}
+}
+
+func TestControllerHoldsTheRightEndUntilRelearned(t *testing.T) {
+	e := flatLike()
+	c := NewController(ControllerConfig{InitialCap: 9})
+	// The cap holds the right end (it probes 10 first) until a level has
+	// been measured under demand for relearnDwell (30 s of dwell, forgotten
+	// with the memory), then walks one level at a time.
+	_, caps := e.run(t, c, t0, 90*time.Second)
+	first := -1
+	for i, n := range caps {
+		if n < 9 {
+			first = i
+			break
+		}
+	}
+	if first < 20 || first > 80 {
+		t.Fatalf("the walk started after %ds, want 20-80 s: %v", first, caps)
+	}
+	for i := first + 1; i < len(caps); i++ {
+		if caps[i] > caps[i-1] || (caps[i] < caps[i-1] && caps[i-1]-caps[i] > 1) {
+			t.Fatalf("not a walk of one level at a time at %ds: %v", i, caps)
+		}
 	}
 }

@@ -104,8 +104,9 @@ type TokenStatus struct {
 
 // PlateauStatus is the plateau of the goodput curve (see
 // controller_plateau.go): the levels From to To serve goodput within Noise
-// (req/s) of the best, Best; LeftEdge is the lowest level within 2 % of
-// it, the same goodput at the least latency.
+// (req/s) of the best, Best; LeftEdge is the lowest level whose goodput,
+// averaged over 30 s, is within 1 % of the best: the same goodput at the
+// least latency, where the cap walks under sustained demand.
 type PlateauStatus struct {
 	From     int   `json:"from"`
 	To       int   `json:"to"`

@@ -362,12 +362,12 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 		return false
 	}
 	pl := c.plan(now)
-	if pl.target <= c.cap || pl.gT <= (1+goodputSlack)*pl.gCap {
+	if pl.target <= c.cap || pl.gT <= (1+goodputSlack)*pl.gCap || !c.mayLeaveLeft(pl) {
 		return false
 	}
 	old := c.cap
 	c.cap++
-	c.changedAt = now
+	c.changedAt = now // from the left edge (walked), still one level at a time
 	c.reason = c.raiseReason(old, pl, " on demand")
 	return true
 }
@@ -388,7 +388,7 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 	}
 	old := c.cap
 	c.cap++
-	c.changedAt = now
+	c.changedAt, c.walked = now, false
 	c.reason = fmt.Sprintf("raise %d->%d for a burst: %.1f running on average, predicted attainment at %d %.2f",
 		old, c.cap, c.busy.mean(), c.cap, a[c.cap])
 	return true
