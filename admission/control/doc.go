@@ -18,10 +18,11 @@
 //     ObserveGap, ObserveStep, ObserveEngine, ObserveDone), the shift of a
 //     curve, and the measured attainment per level and class of targets.
 //   - controller_decide.go: [Controller.Decide], the plan and the moves
-//     of the cap; controller_plateau.go: the plateau of the goodput curve
-//     that /status reports and the walk to its left edge;
-//     controller_memory.go: what decisions remember
-//     between them (failed levels, probes, demand).
+//     of the cap; controller_goodput.go: the goodput of each level as the
+//     plan weighs it; controller_plateau.go: the plateau of the goodput
+//     curve that /status reports and the walk to its left edge;
+//     controller_memory.go: what decisions remember between them (failed
+//     levels, probes, demand).
 //   - model*.go: the latency model: per-level forgotten means and fitted
 //     curves of the chunk gap and engine TTFT, the spreads, level-local
 //     quantiles, shift detection; model_table.go: the per-level predictions.
