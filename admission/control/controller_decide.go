@@ -284,10 +284,10 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.probes[old] = failure{at: now, count: f.count + 1}
 		c.cap++
 		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
-	case demand && c.mayWalkLeft(now, pl, load):
+	case demand && c.mayWalkLeft(now, load):
 		c.cap--
 		walk = true
-		c.reason = c.walkReason(old, pl)
+		c.reason = c.walkReason(old)
 	default:
 		if r := c.holdReason(pl); r != "" {
 			c.reason = r

@@ -26,21 +26,6 @@ func (c *Controller) dwellAtCap() bool {
 // while there is demand (clients return at whole-second Retry-Afters): a
 // small cap loses a larger share of its time to it.
 func (c *Controller) goodput(classes []class, n int) float64 {
-	g := c.modelGoodput(classes, n)
-	// Feedback: where the cap has held long enough, the goodput measured
-	// there (good completions per second of holding) takes over from the
-	// prediction, w = min(1, dwell / 60s); it carries what the model
-	// leaves out (slots idle between clients, queue waits, misses).
-	if d := c.dwell.get(n); g > 0 && d.w >= minDwell {
-		w := math.Min(1, d.w/fullDwell)
-		g = w*d.sum/d.w + (1-w)*g
-	}
-	return g
-}
-
-// modelGoodput is the goodput the model predicts at n, without what was
-// measured while the cap held n.
-func (c *Controller) modelGoodput(classes []class, n int) float64 {
 	h := c.predict(n).Hold
 	if h <= 0 {
 		return 0
@@ -55,7 +40,16 @@ func (c *Controller) modelGoodput(classes []class, n int) float64 {
 	if att < minAttainment {
 		return 0 // not an operating point, whatever was measured before
 	}
-	return float64(n) / h * att
+	g := float64(n) / h * att
+	// Feedback: where the cap has held long enough, the goodput measured
+	// there (good completions per second of holding) takes over from the
+	// prediction, w = min(1, dwell / 60s); it carries what the model
+	// leaves out (slots idle between clients, queue waits, misses).
+	if d := c.dwell.get(n); d.w >= minDwell {
+		w := math.Min(1, d.w/fullDwell)
+		g = w*d.sum/d.w + (1-w)*g
+	}
+	return g
 }
 
 // Dwell needed before a level's measured goodput is used, and for it to

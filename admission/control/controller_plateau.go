@@ -25,7 +25,7 @@ import (
 // goodput is within the noise of the best.
 type plateau struct {
 	from, to int     // the levels of the plateau (0: none)
-	left     int     // the left edge: the lowest level within leftSlack of the best
+	left     int     // the left edge (noteLeft): the lowest level within leftSlack of the best, averaged
 	best     float64 // the highest goodput among them, req/s
 	noise    float64 // the band below best that counts as the same goodput, req/s
 }
@@ -89,7 +89,8 @@ const (
 	leftReach  = 4
 )
 
-// plateauOf finds the plateau among levels lo..hi.
+// plateauOf finds the plateau among levels lo..hi; its left edge is
+// noteLeft's, from the averaged goodput.
 func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 	lo, hi = max(lo, c.cfg.MinCap), min(hi, c.cfg.MaxCap)
 	if hi < lo {
@@ -103,7 +104,7 @@ func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 			bestN = n
 		}
 	}
-	p := plateau{from: bestN, to: bestN, left: bestN, best: g[bestN-lo]}
+	p := plateau{from: bestN, to: bestN, best: g[bestN-lo]}
 	if p.best <= 0 || !finite(p.best) {
 		return plateau{}
 	}
@@ -114,9 +115,6 @@ func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 	for p.to < hi && g[p.to+1-lo] >= p.best-p.noise {
 		p.to++
 	}
-	for p.left > lo && g[p.left-1-lo] >= (1-leftSlack)*p.best {
-		p.left--
-	}
 	return p
 }
 
@@ -126,7 +124,7 @@ func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 // refused, the load is not light, the cap held its level leftDwell, and
 // since the last detected shift the cap has held a level under demand long
 // enough for the model to have relearned it.
-func (c *Controller) mayWalkLeft(now time.Time, pl plan, load Load) bool {
+func (c *Controller) mayWalkLeft(now time.Time, load Load) bool {
 	p := c.plat
 	if p.to == 0 || p.left == 0 || c.cap <= p.left || c.cap > p.to {
 		return false
@@ -149,7 +147,7 @@ func (c *Controller) mayWalkLeft(now time.Time, pl plan, load Load) bool {
 }
 
 // walkReason is the reason of a step towards the left edge.
-func (c *Controller) walkReason(old int, pl plan) string {
+func (c *Controller) walkReason(old int) string {
 	p := c.plat
 	return fmt.Sprintf("lower %d->%d towards the plateau's left edge %d: goodput within %.0f%% of the best (%.3f req/s) from %d to %d, at less latency",
 		old, c.cap, p.left, 100*leftSlack, p.best, p.from, p.to)

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kneecap/kneecap/slo"
 )
 
 // flatLike is an engine whose decode step grows in proportion to the
@@ -93,5 +95,22 @@ func TestControllerHoldsTheRightEndUntilRelearned(t *testing.T) {
 		if caps[i] > caps[i-1] || (caps[i] < caps[i-1] && caps[i-1]-caps[i] > 1) {
 			t.Fatalf("not a walk of one level at a time at %ds: %v", i, caps)
 		}
+	}
+}
+
+// Requests judged by E2E alone (not streamed) gain nothing at the left
+// edge: the cap does not walk there.
+func TestControllerDoesNotWalkForRequestsNotStreamed(t *testing.T) {
+	e := flatLike()
+	e.targets = &slo.Targets{E2E: 20 * time.Second}
+	c := NewController(ControllerConfig{InitialCap: 9})
+	now, caps := e.run(t, c, t0, 6*time.Minute)
+	for i, n := range caps {
+		if n < 9 {
+			t.Fatalf("the cap went below 9 at %ds (%s): %v", i, c.Status(now).Reason, caps)
+		}
+	}
+	if r := c.Status(now).Reason; strings.Contains(r, "left edge") {
+		t.Errorf("reason %q", r)
 	}
 }

@@ -25,6 +25,9 @@ type engine struct {
 	// 3 prompt/2 tokens, prefilled in 1.5 steps and 160 us a token, and
 	// each step with the running requests' KV tokens.
 	prompt int
+	// targets, when set, are what finished requests carry instead of the
+	// operator's (a class of their own).
+	targets *slo.Targets
 }
 
 func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
@@ -64,6 +67,9 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 				p := e.prompt/2 + (e.done*997)%e.prompt
 				f.PromptTokens, f.PromptEstimate, f.PrefillStep = p, p, g
 				f.EngineTTFT = time.Duration(1.5*float64(g)) + time.Duration(float64(p)*160e3)
+			}
+			if e.targets != nil {
+				f.Targets = *e.targets
 			}
 			c.ObserveDone(now, f)
 		}
