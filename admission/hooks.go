@@ -33,8 +33,10 @@ type Request struct {
 	// Fingerprint identifies the request when its client sends it again
 	// after a refusal (its tenant, route and body, hashed by the caller);
 	// 0: not known. Retries is its client's count of its earlier attempts
-	// (the OpenAI SDKs' X-Stainless-Retry-Count), -1 or 0 when it does not
-	// say. See Limiter.Outside.
+	// (the OpenAI SDKs' X-Stainless-Retry-Count, so that a count of 0 or
+	// more also says the client honours a Retry-After of up to 60 s), -1
+	// when it does not say (0, the zero value, is read the same way by
+	// Limiter.Outside). See Limiter.Outside.
 	Fingerprint uint64
 	Retries     int
 
@@ -76,6 +78,9 @@ type State struct {
 	// requests still waiting for their first token, and ResidentKV the KV
 	// tokens the running requests hold (see Limiter.ResidentKV).
 	PrefillTokens, ResidentKV int
+	// Honoured is the longest Retry-After the clients are seen to wait
+	// out (OutsideStats.Honoured); 0: none seen to cut one short.
+	Honoured time.Duration
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:

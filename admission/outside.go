@@ -45,6 +45,7 @@ type away struct {
 	refusals int       // times refused so far
 	since    time.Time // its first refusal: its place in line
 	prompt   int       // its prompt tokens (estimated)
+	at       time.Time // its latest refusal
 	due      time.Time // when its Retry-After ends
 	until    time.Time // due + returnGrace: expected back by then
 	index    int       // in awayHeap
@@ -89,6 +90,12 @@ type outside struct {
 	// lateness is the mean of how long after its Retry-After a request
 	// came back (negative: early), weighted 1/8 for the newest.
 	lateness time.Duration
+	// honoured is the longest wait the clients are seen to honour: 0
+	// until a refused request comes back more than earlyBy before its
+	// Retry-After (its client waits at most so long), then a moving mean
+	// of such early returns' waits, raised to any Retry-After honoured in
+	// full that is longer.
+	honoured time.Duration
 	// meanTTFT is the TTFT target of the requests that come, a moving
 	// mean (see note); promptSum the prompt tokens of those away.
 	meanTTFT  time.Duration
@@ -181,8 +188,23 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 	} else {
 		o.lateness += (late - o.lateness) / 8
 	}
+	switch waited, told := now.Sub(a.at), a.due.Sub(a.at); {
+	case late >= -earlyBy:
+		if o.honoured > 0 && told > o.honoured {
+			o.honoured = told
+		}
+	case o.honoured == 0:
+		o.honoured = waited
+	default:
+		o.honoured += (waited - o.honoured) / 8
+	}
 	return a.refusals, a.since
 }
+
+// earlyBy is how much earlier than its Retry-After a request must come
+// back to show that its client bounds the wait: a client reading the
+// header's whole seconds, or retry-after-ms, is never early by so much.
+const earlyBy = time.Second
 
 // refused counts a refusal at now of a request of fingerprint key and
 // prompt tokens prompt, refused refusals times before (first at since;
@@ -210,7 +232,7 @@ func (o *outside) refused(now time.Time, key uint64, prompt, refusals, retries i
 	if since.IsZero() {
 		since = now
 	}
-	a := &away{key: key, prompt: prompt, refusals: refusals + 1, since: since, due: due, until: due.Add(returnGrace)}
+	a := &away{key: key, prompt: prompt, refusals: refusals + 1, since: since, at: now, due: due, until: due.Add(returnGrace)}
 	o.promptSum += prompt
 	o.byKey[key] = a
 	heap.Push(&o.due, a)
@@ -235,6 +257,11 @@ type OutsideStats struct {
 	// request came back (negative: early), the newest weighted 1/8; 0
 	// before the first return.
 	Lateness time.Duration
+	// Honoured is the longest Retry-After the clients are seen to wait
+	// out: 0 until one came back more than a second early, then the mean
+	// wait of such early returns (the newest weighted 1/8), raised to any
+	// longer Retry-After waited out in full.
+	Honoured time.Duration
 }
 
 // Outside returns the demand turned away and the idle slot time, counted
@@ -245,7 +272,7 @@ func (l *Limiter) Outside() OutsideStats {
 	defer l.mu.Unlock()
 	l.tallyLocked(now)
 	o := &l.o
-	return OutsideStats{Away: len(o.due), IdleSlotTime: o.idle, Returned: o.returned, RefusedAgain: o.again, GaveUp: o.gaveUp, Lateness: o.lateness}
+	return OutsideStats{Away: len(o.due), IdleSlotTime: o.idle, Returned: o.returned, RefusedAgain: o.again, GaveUp: o.gaveUp, Lateness: o.lateness, Honoured: o.honoured}
 }
 
 // tallyLocked counts the idle slot time up to now; every change of the

@@ -105,3 +105,41 @@ func TestSlotHeldByPacingIsNotIdle(t *testing.T) {
 		}
 	})
 }
+
+// The longest Retry-After the clients wait out is learnt from requests that
+// come back early (a client that bounds its wait) and raised by one waited
+// out in full; the Gate sees it in State.Honoured. A return less than a
+// second early (whole seconds) says nothing.
+func TestHonouredRetryAfterIsLearntFromReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ra, seen := 30*time.Second, time.Duration(-1)
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: Hooks{Gate: gateFunc(func(_ Request, s State) (bool, time.Duration) {
+			seen = s.Honoured
+			return false, ra
+		})}})
+		a, _ := l.Acquire(t.Context(), Request{})
+		defer a.Release()
+		back := func(key uint64, after time.Duration) {
+			t.Helper()
+			time.Sleep(after)
+			if _, err := l.Acquire(t.Context(), Request{Fingerprint: key}); err == nil {
+				t.Fatal("granted with the slot held")
+			}
+		}
+		back(1, 0)
+		back(1, 10*time.Second) // told 30s, back after 10s: its client waits 10s at most
+		if h := l.Outside().Honoured; h != 10*time.Second {
+			t.Fatalf("honoured %v after a return 20s early, want 10s", h)
+		}
+		back(1, 18*time.Second) // 12s early: the mean moves an eighth of the way
+		if h := l.Outside().Honoured; h != 11*time.Second || seen != 11*time.Second {
+			t.Fatalf("honoured %v (the gate saw %v), want 11s", h, seen)
+		}
+		ra = 12 * time.Second
+		back(2, 0)
+		back(2, 12*time.Second+500*time.Millisecond) // 12s waited out in full
+		if h := l.Outside().Honoured; h != 12*time.Second {
+			t.Fatalf("honoured %v after 12s waited out, want 12s", h)
+		}
+	})
+}

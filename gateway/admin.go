@@ -142,6 +142,7 @@ type OutsideStatus struct {
 	RefusedAgain    int64         `json:"refused_again"`
 	GaveUp          int64         `json:"gave_up"`
 	LatenessSeconds control.Float `json:"return_lateness_seconds"`
+	HonouredSeconds control.Float `json:"honoured_retry_after_seconds"`
 }
 
 // NotStreamedStatus says which generation routes reassemble a request
@@ -276,5 +277,6 @@ func outsideStatus(o admission.OutsideStats) OutsideStatus {
 	return OutsideStatus{
 		Away: o.Away, IdleSlotSeconds: control.Float(o.IdleSlotTime.Seconds()), Returned: o.Returned,
 		RefusedAgain: o.RefusedAgain, GaveUp: o.GaveUp, LatenessSeconds: control.Float(o.Lateness.Seconds()),
+		HonouredSeconds: control.Float(o.Honoured.Seconds()),
 	}
 }

@@ -191,9 +191,9 @@ type stateCollector struct {
 	win     *slo.Window
 	targets slo.Targets
 
-	running, queued, limit, goodput, attainment, demand, target *prometheus.Desc
-	prefillTokens, residentKV, held                             *prometheus.Desc
-	away, idle, returns, refusedAgain, gaveUp, lateness         *prometheus.Desc
+	running, queued, limit, goodput, attainment, demand, target   *prometheus.Desc
+	prefillTokens, residentKV, held                               *prometheus.Desc
+	away, idle, returns, refusedAgain, gaveUp, lateness, honoured *prometheus.Desc
 }
 
 func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targets) *stateCollector {
@@ -228,13 +228,15 @@ func newStateCollector(lim *admission.Limiter, win *slo.Window, targets slo.Targ
 			"Refusals of a request on its client's last try (X-Stainless-Retry-Count 2, or a third refusal): failed requests in the clients' applications."),
 		lateness: d("kneecap_admission_return_lateness_seconds",
 			"How long after its Retry-After a refused request came back (negative: early), a moving mean."),
+		honoured: d("kneecap_admission_honoured_retry_after_seconds",
+			"The longest Retry-After the clients are seen to wait out (0: none came back more than a second early); refused requests are promised slots no further ahead."),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.queued, c.limit, c.goodput, c.attainment, c.demand, c.target,
-		c.prefillTokens, c.residentKV, c.held, c.away, c.idle, c.returns, c.refusedAgain, c.gaveUp, c.lateness} {
+		c.prefillTokens, c.residentKV, c.held, c.away, c.idle, c.returns, c.refusedAgain, c.gaveUp, c.lateness, c.honoured} {
 		ch <- d
 	}
 }
@@ -261,6 +263,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	o := c.lim.Outside()
 	gauge(c.away, float64(o.Away))
 	gauge(c.lateness, o.Lateness.Seconds())
+	gauge(c.honoured, o.Honoured.Seconds())
 	counter := func(d *prometheus.Desc, v float64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v)
 	}

@@ -63,16 +63,16 @@ func (p *Proxy) admissionOf(r *http.Request, rec *slo.Record) (admission.Request
 }
 
 // retriesOf is the client's count of its earlier attempts of a request,
-// as the OpenAI SDKs send it (X-Stainless-Retry-Count); 0 when it does
+// as the OpenAI SDKs send it (X-Stainless-Retry-Count); -1 when it does
 // not say or says something else than a small count.
 func retriesOf(h http.Header) int {
 	v := h.Get("X-Stainless-Retry-Count")
 	if v == "" || len(v) > 4 {
-		return 0
+		return -1
 	}
 	n, err := strconv.Atoi(v)
 	if err != nil || n < 0 {
-		return 0
+		return -1
 	}
 	return n
 }

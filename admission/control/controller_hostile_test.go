@@ -105,7 +105,7 @@ func TestHostileObservationsKeepTheControllerSane(t *testing.T) {
 				if i%9 == 0 {
 					c.Admit(now, Query{Arrival: now.Add(-durs[(i/9)%len(durs)]), Ahead: runs[(i/9)%len(runs)] & 0xffff,
 						Targets: slo.Targets{TTFT: durs[(i/2)%len(durs)]}, Paced: i%2 == 0, PrefillAge: d})
-					c.Promise(now, runs[(i/9)%len(runs)]&0xffff)
+					c.Promise(now, runs[(i/9)%len(runs)]&0xffff, Query{})
 				}
 			}
 			n := runs[i%len(runs)]

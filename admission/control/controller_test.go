@@ -196,7 +196,7 @@ func TestAdmitDeadline(t *testing.T) {
 		t.Errorf("Retry-After %v then %v: want positive and later for the second", ra1, ra2)
 	}
 	// Promises expire: much later the first answer comes back.
-	if ra3 := c.Promise(now.Add(time.Hour), 0); ra3 >= ra2 {
+	if ra3 := c.Promise(now.Add(time.Hour), 0, Query{}); ra3 >= ra2 {
 		t.Errorf("Retry-After an hour later %v, want below %v", ra3, ra2)
 	}
 }
@@ -314,5 +314,35 @@ func TestEdgeTargetsHoldWhereGoodputIsHighest(t *testing.T) {
 	st := c.Status(now)
 	if !strings.HasPrefix(st.Reason, "hold") || !strings.Contains(st.Reason, "goodput is highest here") {
 		t.Errorf("cap %d, reason %q: want it to say it holds for goodput below P90; caps %v", st.Cap, st.Reason, caps)
+	}
+}
+
+// A refused request is promised a slot as far ahead as its client waits:
+// an OpenAI SDK honours a Retry-After of up to a minute, a client that
+// does not say who it is gets half that, and neither is told more than
+// the clients were seen to wait out. Past its horizon every refused
+// request is told the wait of the last slot promised.
+func TestPromiseHorizonFollowsTheClients(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		q    Query
+		want time.Duration
+	}{
+		{"an OpenAI SDK", Query{SDK: true}, sdkHorizon},
+		{"a client that does not say", Query{}, otherHorizon},
+		{"SDKs seen to wait 20s at most", Query{SDK: true, Honoured: 20 * time.Second}, 20 * time.Second},
+	} {
+		e := bf16Like()
+		c := NewController(ControllerConfig{})
+		now, _ := e.run(t, c, t0, 3*time.Minute)
+		var ra []time.Duration
+		for range 100 {
+			ra = append(ra, c.Promise(now, 0, tc.q))
+		}
+		// A release every 1.68s at cap 7 (TestAdmitDeadline): the last
+		// answer is the first wait past the horizon, less half the budget.
+		if last := ra[len(ra)-1]; last < tc.want-2*time.Second || last > tc.want+2*time.Second || ra[0] >= last {
+			t.Errorf("%s: Retry-After %v first, %v last, want rising to about %v", tc.name, ra[0], last, tc.want)
+		}
 	}
 }

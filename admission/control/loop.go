@@ -330,7 +330,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	r.noteLocked(s.Running, s.Queued+1)
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
-		PromptTokens: req.PromptTokens}
+		PromptTokens: req.PromptTokens, Honoured: s.Honoured, SDK: req.Retries >= 0}
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}
@@ -354,7 +354,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 // decides itself (queue full, queue timeout, draining): it counts the
 // refusal as demand beyond the cap for the next decision, and returns the
 // Retry-After the controller promises (Controller.Promise).
-func (r *Loop) Refused(_ admission.Request, s admission.State) time.Duration {
+func (r *Loop) Refused(req admission.Request, s admission.State) time.Duration {
 	now := s.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -363,7 +363,7 @@ func (r *Loop) Refused(_ admission.Request, s admission.State) time.Duration {
 	defer r.mu.Unlock()
 	r.rejected++
 	r.noteLocked(s.Running, s.Queued)
-	return max(r.c.Promise(now, max(s.Position-1, 0)), time.Nanosecond)
+	return max(r.c.Promise(now, max(s.Position-1, 0), Query{Honoured: s.Honoured, SDK: req.Retries >= 0}), time.Nanosecond)
 }
 
 // Cap returns the current cap.
