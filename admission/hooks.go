@@ -33,10 +33,10 @@ type Request struct {
 	// Fingerprint identifies the request when its client sends it again
 	// after a refusal (its tenant, route and body, hashed by the caller);
 	// 0: not known. Retries is its client's count of its earlier attempts
-	// (the OpenAI SDKs' X-Stainless-Retry-Count, so that a count of 0 or
-	// more also says the client honours a Retry-After of up to 60 s), -1
-	// when it does not say (0, the zero value, is read the same way by
-	// Limiter.Outside). See Limiter.Outside.
+	// (the OpenAI SDKs' X-Stainless-Retry-Count), -1 when it does not say.
+	// A count of 0 or more (the zero value too) also says the client is an
+	// SDK, which waits out a Retry-After of up to 60 s (see
+	// control.Query.SDK). See Limiter.Outside.
 	Fingerprint uint64
 	Retries     int
 

@@ -237,7 +237,7 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 	if c.raiseForBurst(now) {
 		return Verdict{OK: true, Raised: true, Cap: c.cap}
 	}
-	return Verdict{RetryAfter: c.promise(now, q.Ahead, budget-eng, q.horizon()), Cap: c.cap}
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, budget-eng, q), Cap: c.cap}
 }
 
 // deadline is the target the deadline check holds a request to: its TTFT
@@ -269,7 +269,7 @@ func (c *Controller) admitPaced(now time.Time, q Query) Verdict {
 	if queueBound(q) || now.Sub(q.Arrival)+wait+eng <= t.TTFT || c.lightLoad(float64(c.cap)/2) {
 		return Verdict{OK: true, Cap: c.cap}
 	}
-	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng, q.horizon()), Cap: c.cap}
+	return Verdict{RetryAfter: c.promise(now, q.Ahead, t.TTFT-eng, q), Cap: c.cap}
 }
 
 // feasibleTTFT is the TTFT target the deadline check holds a request to:
@@ -405,9 +405,10 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 // than the deadline (queue full, queue timeout) with queued requests
 // waiting, wait(queued + promised) - budget/2, at least zero (the gateway
 // rounds up to whole seconds), and remembers the promise (see promise): it
-// is not a query. q says who is refused (horizon); its Ahead is ignored.
+// is not a query. q says who is refused (see horizon); only its SDK and
+// Honoured are read.
 func (c *Controller) Promise(now time.Time, queued int, q Query) time.Duration {
-	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now), q.horizon())
+	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now), q)
 }
 
 // How far ahead the controller hands out slots to refused requests: beyond
@@ -433,17 +434,18 @@ const (
 	otherHorizon = 30 * time.Second
 )
 
-// horizon is the promise horizon for q's client, sdkHorizon only where the
-// count cap binds (bindsSDK); see sdkHorizon.
-func (q Query) horizon() promiseHorizon {
-	return promiseHorizon{sdk: q.SDK, honoured: q.Honoured}
-}
-
-// promiseHorizon is who a promise is for: the controller's side of the
-// horizon (whether the count cap binds) is added in promise.
-type promiseHorizon struct {
-	sdk      bool
-	honoured time.Duration
+// horizon is how far ahead a slot is promised to q's client: sdkHorizon
+// for an SDK while the count cap binds, else otherHorizon, at most what
+// the clients are seen to wait.
+func (c *Controller) horizon(q Query) time.Duration {
+	h := otherHorizon
+	if q.SDK && c.peakRun >= c.cap {
+		h = sdkHorizon
+	}
+	if q.Honoured > 0 {
+		h = min(h, q.Honoured)
+	}
+	return h
 }
 
 // promise computes a Retry-After and remembers it, so that the next refused
@@ -455,7 +457,7 @@ type promiseHorizon struct {
 // so that it arrives a little before its predicted release and queues for
 // at most its budget. A promise is kept until a first token shows that a
 // request took a slot (see keepPromise) or it is long overdue.
-func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, who promiseHorizon) time.Duration {
+func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, q Query) time.Duration {
 	budget = max(budget, 0)
 	live := c.promises[:0]
 	for _, p := range c.promises {
@@ -468,14 +470,7 @@ func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, who
 	if !ok {
 		return time.Second
 	}
-	horizon := otherHorizon
-	if who.sdk && c.peakRun >= c.cap {
-		horizon = sdkHorizon
-	}
-	if who.honoured > 0 {
-		horizon = min(horizon, who.honoured)
-	}
-	if wait <= horizon {
+	if wait <= c.horizon(q) {
 		c.promises = append(c.promises, now.Add(wait))
 	}
 	return max(wait-budget/2, 0)
