@@ -96,6 +96,11 @@ type outside struct {
 	// of such early returns' waits, raised to any Retry-After honoured in
 	// full that is longer.
 	honoured time.Duration
+	// early is the share of returns that came back early (the newest
+	// weighted 1/8): honoured counts only while it is at least half, so
+	// that a few clients that do not wait (or one that sends the same body
+	// again every second) cannot cut every client's promises short.
+	early float64
 	// meanTTFT is the TTFT target of the requests that come, a moving
 	// mean (see note); promptSum the prompt tokens of those away.
 	meanTTFT  time.Duration
@@ -188,6 +193,15 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 	} else {
 		o.lateness += (late - o.lateness) / 8
 	}
+	isEarly := 0.0
+	if late < -earlyBy {
+		isEarly = 1
+	}
+	if o.returned == 1 {
+		o.early = isEarly
+	} else {
+		o.early += (isEarly - o.early) / 8
+	}
 	switch waited, told := now.Sub(a.at), a.due.Sub(a.at); {
 	case late >= -earlyBy:
 		if o.honoured > 0 && told > o.honoured {
@@ -199,6 +213,15 @@ func (o *outside) arrived(now time.Time, key uint64) (int, time.Time) {
 		o.honoured += (waited - o.honoured) / 8
 	}
 	return a.refusals, a.since
+}
+
+// honouredNow is the longest Retry-After the clients are seen to wait
+// out, 0 unless most returns come back early.
+func (o *outside) honouredNow() time.Duration {
+	if o.early < 0.5 {
+		return 0
+	}
+	return o.honoured
 }
 
 // earlyBy is how much earlier than its Retry-After a request must come
@@ -258,9 +281,9 @@ type OutsideStats struct {
 	// before the first return.
 	Lateness time.Duration
 	// Honoured is the longest Retry-After the clients are seen to wait
-	// out: 0 until one came back more than a second early, then the mean
-	// wait of such early returns (the newest weighted 1/8), raised to any
-	// longer Retry-After waited out in full.
+	// out: 0 unless most returns (a moving share) came back more than a
+	// second early, then the mean wait of such early returns (the newest
+	// weighted 1/8), raised to any longer Retry-After waited out in full.
 	Honoured time.Duration
 }
 
@@ -272,7 +295,7 @@ func (l *Limiter) Outside() OutsideStats {
 	defer l.mu.Unlock()
 	l.tallyLocked(now)
 	o := &l.o
-	return OutsideStats{Away: len(o.due), IdleSlotTime: o.idle, Returned: o.returned, RefusedAgain: o.again, GaveUp: o.gaveUp, Lateness: o.lateness, Honoured: o.honoured}
+	return OutsideStats{Away: len(o.due), IdleSlotTime: o.idle, Returned: o.returned, RefusedAgain: o.again, GaveUp: o.gaveUp, Lateness: o.lateness, Honoured: o.honouredNow()}
 }
 
 // tallyLocked counts the idle slot time up to now; every change of the

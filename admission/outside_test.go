@@ -143,3 +143,25 @@ func TestHonouredRetryAfterIsLearntFromReturns(t *testing.T) {
 		}
 	})
 }
+
+// One client that does not wait out its Retry-After (or sends the same
+// body again at once) among clients that do cannot cut the promises short:
+// the bound counts only while most returns come early.
+func TestOneEarlyClientDoesNotSetTheBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewLimiter(Config{Limit: 1, MaxQueue: 10, Hooks: refuseAll(10 * time.Second)})
+		a, _ := l.Acquire(t.Context(), Request{})
+		defer a.Release()
+		for key := uint64(1); key <= 4; key++ { // four clients back on time
+			l.Acquire(t.Context(), Request{Fingerprint: key})
+			time.Sleep(10 * time.Second)
+			l.Acquire(t.Context(), Request{Fingerprint: key})
+		}
+		l.Acquire(t.Context(), Request{Fingerprint: 9}) // one back after a second
+		time.Sleep(time.Second)
+		l.Acquire(t.Context(), Request{Fingerprint: 9})
+		if o := l.Outside(); o.Returned != 5 || o.Honoured != 0 {
+			t.Fatalf("%+v: want 5 returns and no bound from one early client", o)
+		}
+	})
+}

@@ -22,7 +22,7 @@ func (l *Limiter) stateLocked(now time.Time, pos int) State {
 	}
 	st := State{
 		Now: now, Limit: l.b.limit, Running: l.runningLocked(), Queued: l.s.queue.n,
-		Position: pos, MeanHold: hold, Draining: l.draining, Honoured: l.o.honoured,
+		Position: pos, MeanHold: hold, Draining: l.draining, Honoured: l.o.honouredNow(),
 	}
 	if (l.b.maxPrefill > 0 || l.b.costs.knowsPrefill()) && l.b.livePrefills(now) > 0 {
 		st.Prefilling, st.PrefillAge = len(l.b.prefilling), now.Sub(l.b.prefilling[0].granted)
