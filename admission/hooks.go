@@ -81,6 +81,15 @@ type State struct {
 	// Honoured is the longest Retry-After the clients are seen to wait
 	// out (OutsideStats.Honoured); 0: none seen to cut one short.
 	Honoured time.Duration
+	// TenantShort is true when a tenant runs every request it has, none
+	// waiting, and fewer than its weighted share of its class's running
+	// requests, beside other tenants: the queue cannot serve it more, a
+	// lower cap (each request faster) can. TenantBounded is true when
+	// such a tenant (running every request it has) runs no more than
+	// every tenant with more demand than it runs: a slot more would go to
+	// a tenant no worse off, and slow it. Set by DecisionState only (see
+	// its tenants' peaks).
+	TenantShort, TenantBounded bool
 }
 
 // Gate may refuse a request at once instead of letting it queue to fail:

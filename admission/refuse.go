@@ -84,6 +84,12 @@ func (l *Limiter) noteRefusal(re *RejectError, req Request) {
 	if f == nil {
 		return // forgotten (too many tenants): nothing to reserve for
 	}
+	// It has a request away, due back: it asks for more than it runs.
+	f.away = later(f.away, now.Add(re.RetryAfter+time.Second+reserveGrace))
+	if f.running == 0 && f.waiters.Len() == 0 {
+		cq := &q.classes[f.key.class]
+		cq.idleAway = later(cq.idleAway, f.away)
+	}
 	tenant, ahead := l.s.refused(now, f)
 	if tenant {
 		pos := max(1, ahead+1-(l.b.limit-l.runningLocked()))

@@ -125,3 +125,17 @@ func (l *Limiter) Tenants(n int) []TenantStats {
 	}
 	return append(all[:n:n], other)
 }
+
+// DecisionState is State with TenantShort and TenantBounded set, in one hold of the lock:
+// what the controller's loop reads once a decision. TenantShort walks the
+// tenants with requests running or waiting (at most the cap plus the
+// queue), which State, read for every finished request, does not, and
+// starts the next period of the tenants' peaks.
+func (l *Limiter) DecisionState() State {
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := l.stateLocked(now, 0)
+	st.TenantShort, st.TenantBounded = l.s.queue.tenantShares(now)
+	return st
+}

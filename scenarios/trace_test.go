@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -39,6 +40,14 @@ func TestTrace(t *testing.T) {
 			sc = s
 		}
 	}
+	var mix *Run // a Mix's variant (KNEECAP_TRACE_MIX: classes, alone or fifo)
+	for _, m := range Mixes() {
+		if m.ID == id {
+			variant := cmp.Or(os.Getenv("KNEECAP_TRACE_MIX"), "classes")
+			r := m.run(variant, DefaultTiming, 1)
+			mix, sc = &r, r.Scenario
+		}
+	}
 	if sc.ID == 0 {
 		t.Fatalf("KNEECAP_TRACE=%d: no such scenario", id)
 	}
@@ -73,6 +82,9 @@ func TestTrace(t *testing.T) {
 		clients = bench.ClientsNext
 	}
 	run := Run{Scenario: sc, Mode: mode, Timing: sc.timing(timing), KneeCapacity: knee, Seed: max(seed, 1), KeepRecords: true, Clients: clients}
+	if mix != nil {
+		run.Workload, run.Env, run.Timing, run.Clients = mix.Workload, mix.Env, timing, mix.Clients
+	}
 	if env := os.Getenv("KNEECAP_TRACE_ENV"); env != "" {
 		run.Env = strings.Split(env, ",") // gateway settings, KEY=VALUE,...
 	}

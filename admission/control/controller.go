@@ -130,6 +130,16 @@ type Load struct {
 	// PeakRunning and PeakQueued are the highest counts seen since the
 	// previous Decide; Rejected is the number of requests refused since.
 	PeakRunning, PeakQueued, Rejected int
+	// ShortTenant is true when a tenant runs every request it has and
+	// fewer than its share beside other tenants
+	// (admission.State.TenantShort): while most decisions see one, the
+	// cap may walk further left for it, to the plateau's fair edge.
+	ShortTenant bool
+	// BoundedTenant is true when such a tenant runs no more than every
+	// tenant with more demand than it runs (admission.State.TenantBounded):
+	// a raise slows it to serve one no worse off, so it must grow the
+	// goodput faster than the level (max-min).
+	BoundedTenant bool
 }
 
 // clean makes every count at least 0: the limiter never reports fewer, and
@@ -250,6 +260,10 @@ type Controller struct {
 	lastDecide time.Time
 	plat       plateau  // the last decision's plateau (see controller_plateau.go)
 	walked     bool     // the cap walked to the left edge and holds there (mayLeaveLeft)
+	fairWalk   bool     // the walk went past the left edge for a short tenant (mayWalkBack)
+	short      decayed  // the share of decisions that saw a short tenant (Load.ShortTenant), over shortMemory
+	bounded    decayed  // the share of decisions that saw a bounded or short tenant, over shortMemory
+	boundedNow bool     // the last decision saw one
 	smooth     perLevel // each plateau level's goodput averaged over leftMemory (noteLeft)
 }
 

@@ -240,8 +240,9 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	if !pl.over {
 		c.plat = c.plateauOf(pl.classes, c.cfg.MinCap, pl.limit)
 	}
-	c.plat.left = c.noteLeft(now, pl.classes, c.plat)
+	c.plat.left, c.plat.fairLeft = c.noteLeft(now, pl.classes, c.plat)
 	demand := c.noteLoad(now, load)
+	c.noteShort(now, load)
 	old := c.cap
 	settled := now.Sub(c.changedAt) >= settleTime
 	walk := false // a step towards the plateau's left edge, or one level up from it
@@ -273,7 +274,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 				break
 			}
 		}
-		if c.walked {
+		if c.walked || c.tenantBounded() {
 			// From the left edge, one level at a time: the measured
 			// goodput that allowed the raise is one level's.
 			c.cap = min(c.cap, old+1)
@@ -287,7 +288,11 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	case demand && c.mayWalkLeft(now, load):
 		c.cap--
 		walk = true
-		c.reason = c.walkReason(old)
+		c.reason = c.walkReason(old, load)
+	case c.mayWalkBack(now, load):
+		c.cap++
+		walk = true
+		c.reason = fmt.Sprintf("raise %d->%d back towards the plateau's left edge %d: no tenant is held below its share or at it by its own demand", old, c.cap, c.plat.left)
 	default:
 		if r := c.holdReason(pl); r != "" {
 			c.reason = r
@@ -298,6 +303,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	c.walked = walk
+	c.fairWalk = walk && c.cap < c.plat.left
 	c.changedAt = now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 }

@@ -56,7 +56,7 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 		}, []string{"term"}),
 		plateau: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "kneecap_controller_plateau_level",
-			Help: "The plateau of the goodput curve: its first and last level (from, to), with goodput within 3 % of the best, and its left edge (left_edge), the lowest level within 2 % of the best; 0: no plateau.",
+			Help: "The plateau of the goodput curve: its first and last level (from, to), with goodput within 3 % of the best, its left edge (left_edge), the lowest level within 1 % of the best, and its fair edge (fair_edge), the lowest within 3 %, where the cap walks for a tenant held below its share by its own demand; 0: no plateau.",
 		}, []string{"edge"}),
 	}
 	m.changes.WithLabelValues("raise")
@@ -64,7 +64,7 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 	for _, term := range []string{"base", "per_running", "per_kv_token"} {
 		m.step.WithLabelValues(term)
 	}
-	for _, e := range []string{"from", "to", "left_edge"} {
+	for _, e := range []string{"from", "to", "left_edge", "fair_edge"} {
 		m.plateau.WithLabelValues(e)
 	}
 	if reg != nil {
@@ -113,4 +113,5 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 	m.plateau.WithLabelValues("from").Set(float64(c.plat.from))
 	m.plateau.WithLabelValues("to").Set(float64(c.plat.to))
 	m.plateau.WithLabelValues("left_edge").Set(float64(c.plat.left))
+	m.plateau.WithLabelValues("fair_edge").Set(float64(c.plat.fairLeft))
 }

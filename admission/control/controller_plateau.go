@@ -26,6 +26,7 @@ import (
 type plateau struct {
 	from, to int     // the levels of the plateau (0: none)
 	left     int     // the left edge (noteLeft): the lowest level within leftSlack of the best, averaged
+	fairLeft int     // the fair edge: the lowest within goodputSlack of the best, averaged (for a short tenant)
 	best     float64 // the highest goodput among them, req/s
 	noise    float64 // the band below best that counts as the same goodput, req/s
 }
@@ -54,10 +55,16 @@ const (
 // than leftSlack from one decision to the next; stepping on each one, the
 // walk drifted to where the true goodput was 3 % below the best (a step
 // left is taken on a swing down, a step back needs 10 % measured).
-func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) int {
+//
+// fair is the fair edge, the lowest level of that run within goodputSlack
+// of the best: where the cap may walk while a tenant is held below its
+// share by its own demand (Load.ShortTenant). Max-min fairness trades the
+// plateau's noise band of goodput for it: such a tenant runs every request
+// it has, so only a lower cap, each request faster, serves it more.
+func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) (left, fair int) {
 	if p.to == 0 {
 		clear(c.smooth)
-		return 0
+		return 0, 0
 	}
 	lo := max(c.cfg.MinCap, p.from-leftReach)
 	for n := range c.smooth {
@@ -73,11 +80,15 @@ func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) int {
 			best, bestN = m, n
 		}
 	}
-	left := bestN
+	left = bestN
 	for left > lo && c.smooth.at(left-1).mean() >= (1-leftSlack)*best {
 		left--
 	}
-	return left
+	fair = left
+	for fair > lo && c.smooth.at(fair-1).mean() >= (1-goodputSlack)*best {
+		fair--
+	}
+	return left, fair
 }
 
 // leftMemory is the time constant of the averaged goodput per level that
@@ -126,7 +137,7 @@ func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
 // enough for the model to have relearned it.
 func (c *Controller) mayWalkLeft(now time.Time, load Load) bool {
 	p := c.plat
-	if p.to == 0 || p.left == 0 || c.cap <= p.left || c.cap > p.to {
+	if p.to == 0 || p.left == 0 || c.cap <= c.walkTo(load) || c.cap > p.to {
 		return false
 	}
 	if streamed := c.streamedShare(); streamed < minStreamedShare {
@@ -146,9 +157,72 @@ func (c *Controller) mayWalkLeft(now time.Time, load Load) bool {
 	return false
 }
 
+// walkTo is the level the walk heads for: the left edge, or the fair
+// edge while a tenant is held below its share by its own demand.
+func (c *Controller) walkTo(load Load) int {
+	if load.ShortTenant && c.tenantShort() && c.plat.fairLeft > 0 {
+		return min(c.plat.left, c.plat.fairLeft)
+	}
+	return c.plat.left
+}
+
+// shortMemory is the time constant of the share of decisions that saw a
+// tenant held below its share by its own demand: a tenant of a few users
+// drops below its share for a moment whenever one of its requests ends,
+// and the cap follows the share, not each moment.
+//
+// The walk goes past the left edge while this decision and most recent
+// ones saw a short tenant, and back only once almost none did (shortGone):
+// at the level where the tenant holds its share it is short now and then
+// (whenever one of its requests has ended and the next has not come), and
+// a walk back and forth on each would not hold the level.
+const (
+	shortMemory = 20 * time.Second
+	shortGone   = 0.1
+)
+
+// noteShort keeps the share of decisions that saw a short tenant.
+func (c *Controller) noteShort(now time.Time, load Load) {
+	x := 0.0
+	if load.ShortTenant {
+		x = 1
+	}
+	c.short.add(now, shortMemory, x)
+	c.boundedNow = load.BoundedTenant || load.ShortTenant
+	x = 0
+	if c.boundedNow {
+		x = 1
+	}
+	c.bounded.add(now, shortMemory, x)
+}
+
+// tenantShort reports whether most recent decisions saw a tenant held
+// below its share by its own demand.
+func (c *Controller) tenantShort() bool {
+	return c.short.w > 0 && c.short.sum >= 0.5*c.short.w
+}
+
+// tenantBounded reports whether the last decision, or most recent ones,
+// saw a tenant bounded by its own demand (Load.BoundedTenant) or short.
+func (c *Controller) tenantBounded() bool {
+	return c.boundedNow || (c.bounded.w > 0 && c.bounded.sum >= 0.5*c.bounded.w) || c.tenantShort()
+}
+
+// mayWalkBack reports whether the cap, walked below the left edge to the
+// fair edge for a short tenant, steps back up one level: no tenant is
+// short any more, nor bounded (where a tenant holds its share exactly, a
+// step up would make it short again).
+func (c *Controller) mayWalkBack(now time.Time, load Load) bool {
+	return c.walked && c.fairWalk && !load.ShortTenant && c.short.sum < shortGone*c.short.w && !c.tenantBounded() && c.plat.left > 0 && c.cap < c.plat.left && now.Sub(c.changedAt) >= leftDwell
+}
+
 // walkReason is the reason of a step towards the left edge.
-func (c *Controller) walkReason(old int) string {
+func (c *Controller) walkReason(old int, load Load) string {
 	p := c.plat
+	if to := c.walkTo(load); to < p.left {
+		return fmt.Sprintf("lower %d->%d towards the plateau's fair edge %d: a tenant runs every request it has and less than its share beside others; goodput within %.0f%% of the best (%.3f req/s) from %d to %d",
+			old, c.cap, to, 100*goodputSlack, p.best, p.from, p.to)
+	}
 	return fmt.Sprintf("lower %d->%d towards the plateau's left edge %d: goodput within %.0f%% of the best (%.3f req/s) from %d to %d, at less latency",
 		old, c.cap, p.left, 100*leftSlack, p.best, p.from, p.to)
 }
@@ -158,8 +232,21 @@ func (c *Controller) walkReason(old int) string {
 // 3 % a raise needs from one decision to the next, so from the left edge
 // the cap is raised only for moveGain (10 %) with the level measured, as
 // it is lowered for goodput.
+//
+// While a tenant runs every request it has and no more than the tenants
+// that want more, or is held below its share (tenantBounded), a raise by one level must also serve that
+// tenant no less (max-min): it gets about its running count over the cap
+// of the goodput, and a raise serves it less unless the goodput one level
+// up grows faster than the level does.
 func (c *Controller) mayLeaveLeft(pl plan) bool {
-	return !c.walked || pl.over || (pl.gT > (1+moveGain)*pl.gCap && c.dwellAtCap())
+	if pl.over {
+		return true
+	}
+	if c.tenantBounded() {
+		next := c.goodput(pl.classes, c.cap+1)
+		return next*float64(c.cap) > pl.gCap*float64(c.cap+1) && pl.gT > (1+moveGain)*pl.gCap && c.dwellAtCap()
+	}
+	return !c.walked || (pl.gT > (1+moveGain)*pl.gCap && c.dwellAtCap())
 }
 
 // streamedShare is the share of recent requests judged by their time per

@@ -74,6 +74,40 @@ func TestControllerWalksToThePlateausLeftEdge(t *testing.T) {
 	}
 }
 
+// A tenant that runs every request it has (2) and less than its share
+// (half the running) is served more only by fewer running requests: the
+// cap walks past the left edge (5-7) to where the tenant holds its share
+// (4), within 3 % of the best goodput (the fair edge, 4 here), and no raise
+// takes it back while the tenant would lose by it. Once no tenant is held
+// so, the cap walks back to the left edge.
+func TestControllerWalksFurtherLeftForAShortTenant(t *testing.T) {
+	e := flatLike()
+	e.tenant = 2
+	c := NewController(ControllerConfig{InitialCap: 9})
+	now, caps := e.run(t, c, t0, 8*time.Minute)
+	final := caps[len(caps)-1]
+	if final != 4 {
+		t.Fatalf("final cap %d: want 4, where the tenant holds its share; caps %v", final, caps)
+	}
+	if r := c.Status(now).Reason; !strings.Contains(r, "fair edge") {
+		t.Errorf("reason %q: want the walk to the fair edge", r)
+	}
+	now, more := e.run(t, c, now, 2*time.Minute)
+	for _, n := range more {
+		if n != 4 {
+			t.Fatalf("left the tenant's level 4: %v", more)
+		}
+	}
+	e.tenant = 0
+	now, back := e.run(t, c, now, 3*time.Minute)
+	if n := back[len(back)-1]; n < 5 || n > 7 {
+		t.Fatalf("cap %d with no short tenant: want back at the left edge (5-7); caps %v", n, back)
+	}
+	if r := c.Status(now).Reason; !strings.Contains(r, "left edge") {
+		t.Errorf("reason %q", r)
+	}
+}
+
 func TestControllerHoldsTheRightEndUntilRelearned(t *testing.T) {
 	e := flatLike()
 	c := NewController(ControllerConfig{InitialCap: 9})

@@ -106,13 +106,18 @@ type TokenStatus struct {
 // controller_plateau.go): the levels From to To serve goodput within Noise
 // (req/s) of the best, Best; LeftEdge is the lowest level whose goodput,
 // averaged over 30 s, is within 1 % of the best: the same goodput at the
-// least latency, where the cap walks under sustained demand.
+// least latency, where the cap walks under sustained demand. FairEdge is
+// the lowest level within 3 %, where it walks while a tenant runs every
+// request it has and less than its share (TenantShort: its own, true
+// while most recent decisions saw one).
 type PlateauStatus struct {
-	From     int   `json:"from"`
-	To       int   `json:"to"`
-	LeftEdge int   `json:"left_edge"`
-	Best     Float `json:"best_goodput_requests_per_second"`
-	Noise    Float `json:"noise"`
+	From        int   `json:"from"`
+	To          int   `json:"to"`
+	LeftEdge    int   `json:"left_edge"`
+	FairEdge    int   `json:"fair_edge"`
+	TenantShort bool  `json:"tenant_short"`
+	Best        Float `json:"best_goodput_requests_per_second"`
+	Noise       Float `json:"noise"`
 }
 
 // LevelStatus is what the controller learned about one running count.
@@ -170,7 +175,8 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 	}
 	st.Attainment = Float(c.measuredAttainment(now))
 	if p := c.plat; p.to > 0 {
-		st.Plateau = &PlateauStatus{From: p.from, To: p.to, LeftEdge: p.left, Best: Float(p.best), Noise: Float(p.noise)}
+		st.Plateau = &PlateauStatus{From: p.from, To: p.to, LeftEdge: p.left, FairEdge: p.fairLeft, TenantShort: c.tenantShort(),
+			Best: Float(p.best), Noise: Float(p.noise)}
 	}
 	st.Tokens = c.tokenStatus()
 	if w, ok := c.PredictWait(now, 0); ok {

@@ -28,6 +28,10 @@ type engine struct {
 	// targets, when set, are what finished requests carry instead of the
 	// operator's (a class of their own).
 	targets *slo.Targets
+	// tenant, when set, is a tenant of that many requests beside the
+	// others (weights equal, the others wanting more than they run): the
+	// limiter's TenantShort and TenantBounded at each cap.
+	tenant int
 }
 
 func (e *engine) gap(n int) time.Duration  { return e.gapA + time.Duration(n)*e.gapB }
@@ -75,7 +79,12 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		}
 		if i%10 == 9 {
 			queued := max(e.demand-c.Cap(), 0)
-			dec := c.Decide(now, Load{Running: n, Queued: queued, PeakRunning: n, PeakQueued: queued})
+			load := Load{Running: n, Queued: queued, PeakRunning: n, PeakQueued: queued}
+			if e.tenant > 0 {
+				load.ShortTenant = 2*e.tenant < n
+				load.BoundedTenant = 2*e.tenant <= n
+			}
+			dec := c.Decide(now, load)
 			caps = append(caps, dec.Cap)
 		}
 	}

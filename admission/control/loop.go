@@ -192,7 +192,7 @@ func (r *Loop) applyGapsLocked() {
 }
 
 func (r *Loop) tick(now time.Time) {
-	st := r.l.State()
+	st := r.l.DecisionState()
 	var er EngineReading
 	fresh := false
 	if r.engine != nil {
@@ -205,7 +205,7 @@ func (r *Loop) tick(now time.Time) {
 	load := Load{
 		Running: st.Running, Queued: st.Queued,
 		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),
-		Rejected: r.rejected,
+		Rejected: r.rejected, ShortTenant: st.TenantShort, BoundedTenant: st.TenantBounded,
 	}
 	r.peakRun, r.peakQue, r.rejected = st.Running, st.Queued, 0
 	old := r.c.Cap()
