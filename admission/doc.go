@@ -102,7 +102,16 @@
 //     been granted it ([Limiter.Outside]).
 //   - state.go: snapshots: [Limiter.State], [Limiter.Held] (why waiters
 //     were held), [Limiter.Classes] and [Limiter.Tenants] (the top N by
-//     tokens served, the rest as "other"), for hooks, metrics and /status.
+//     tokens served, the rest as "other"), for hooks, metrics and /status;
+//     [Limiter.DecisionState], the controller's once a decision, adds
+//     shares.go's view of the tenants.
+//   - shares.go: a tenant held by its own demand (every request it has
+//     running, none waiting, none refused and due back; counted at its
+//     peak since the last decision, which the grant keeps): below its
+//     share of its class's running requests (State.TenantShort), or at
+//     most what the tenants wanting more run (State.TenantBounded). The
+//     queue cannot serve it more; the controller may lower the cap for it.
+//     Its flow's peak and due-back time are guarded by the limiter's lock.
 //   - hooks.go: what the limiter tells and asks others: [Request]
 //     (arrival time, latency targets, queue-wait bound), [State], and the
 //     optional [Hooks]: [Gate] (refuse a request at once instead of
