@@ -172,3 +172,49 @@ func TestPacingEndsAtTheFirstChunk(t *testing.T) {
 		t.Fatalf("end state %+v", st)
 	}
 }
+
+// The OpenAI SDKs' count of earlier attempts (X-Stainless-Retry-Count)
+// reaches admission as Request.Retries; a header that is absent, not a
+// small count, too long or negative counts as a client that does not say
+// (-1), never as an error or a huge count.
+func TestRetryCountHeaderReachesAdmission(t *testing.T) {
+	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 2 * time.Second}
+	seen := make(chan int, 1)
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 10, Hooks: admission.Hooks{
+		Gate: gateFunc(func(r admission.Request, _ admission.State) (bool, time.Duration) {
+			seen <- r.Retries
+			return false, time.Second
+		}),
+	}})
+	s := newSetup(t, eng, Config{Limiter: lim})
+	first := make(chan struct{})
+	go func() {
+		defer close(first)
+		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
+	}()
+	for lim.Running() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for header, want := range map[string]int{
+		"": -1, "0": 0, "2": 2, "-1": -1, "abc": -1, "99999": -1, "1e3": -1, "0x1": -1,
+		strings.Repeat("9", 4096): -1, "1 2": -1, " 3 ": 3,
+	} {
+		var hdr []string
+		if header != "" {
+			hdr = []string{"X-Stainless-Retry-Count", header}
+		}
+		resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody, hdr...)
+		readAll(t, resp)
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("header %.20q: status %d, want 429 from the Gate", header, resp.StatusCode)
+		}
+		if got := <-seen; got != want {
+			t.Errorf("header %.20q: Retries %d, want %d", header, got, want)
+		}
+	}
+	<-first
+}
+
+type gateFunc func(admission.Request, admission.State) (bool, time.Duration)
+
+func (f gateFunc) Admit(r admission.Request, s admission.State) (bool, time.Duration) { return f(r, s) }
