@@ -146,6 +146,10 @@
       if (plateau.leftEdge !== null) {
         el(svg, 'line', { x1: f.sx(plateau.leftEdge), x2: f.sx(plateau.leftEdge), y1: f.y1, y2: f.y0, stroke: '#059669', 'stroke-dasharray': '2 3' });
       }
+      if (plateau.tenantShort && plateau.fairEdge !== null && (plateau.leftEdge === null || plateau.fairEdge < plateau.leftEdge)) {
+        // Where the cap walks while a tenant is held below its share by its own demand.
+        el(svg, 'line', { id: 'fair-edge', x1: f.sx(plateau.fairEdge), x2: f.sx(plateau.fairEdge), y1: f.y1, y2: f.y0, stroke: '#7c3aed', 'stroke-dasharray': '2 3' });
+      }
     }
     if (pct !== null) {
       el(svg, 'line', { x1: f.x0, x2: f.x1, y1: sa(pct), y2: sa(pct), stroke: '#6b7280', 'stroke-dasharray': '4 4' });
@@ -204,8 +208,8 @@
     if (!p) return null;
     const from = num(p.from), to = num(p.to);
     if (from === null || to === null || to < from || from < 0 || to > 1e6) return null;
-    const edge = num(p.left_edge);
-    return { from: from, to: to, noise: num(p.noise), leftEdge: edge !== null && edge >= 0 && edge <= 1e6 ? edge : null };
+    const level = (v) => (v !== null && v >= 0 && v <= 1e6 ? v : null);
+    return { from: from, to: to, noise: num(p.noise), leftEdge: level(num(p.left_edge)), fairEdge: level(num(p.fair_edge)), tenantShort: p.tenant_short === true };
   }
 
   // The history charts. h holds columns (see /live/history).
