@@ -16,17 +16,10 @@ func TestRejection(t *testing.T) {
 	eng := &proxytest.Engine{Chunks: 2, FirstDelay: 300 * time.Millisecond}
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 0})
 	s := newSetup(t, eng, Config{Limiter: lim})
-	first := make(chan struct{})
-	go func() {
-		defer close(first)
-		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
-	}()
-	for lim.Running() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	wait := holdTheSlot(t, s, lim)
 	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody)
 	body := readAll(t, resp)
-	<-first
+	wait()
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || resp.Header.Get(HeaderReason) != "queue_full" ||
 		!strings.Contains(body, `"type":"rate_limit_error"`) || !strings.Contains(body, `"code":"queue_full"`) {
 		t.Fatalf("status %d headers %v body %s", resp.StatusCode, resp.Header, body)
@@ -187,14 +180,7 @@ func TestRetryCountHeaderReachesAdmission(t *testing.T) {
 		}),
 	}})
 	s := newSetup(t, eng, Config{Limiter: lim})
-	first := make(chan struct{})
-	go func() {
-		defer close(first)
-		readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBody))
-	}()
-	for lim.Running() == 0 {
-		time.Sleep(time.Millisecond)
-	}
+	wait := holdTheSlot(t, s, lim)
 	for header, want := range map[string]int{
 		"": -1, "0": 0, "2": 2, "-1": -1, "abc": -1, "99999": -1, "1e3": -1, "0x1": -1,
 		strings.Repeat("9", 4096): -1, "1 2": -1, " 3 ": 3,
@@ -212,7 +198,7 @@ func TestRetryCountHeaderReachesAdmission(t *testing.T) {
 			t.Errorf("header %.20q: Retries %d, want %d", header, got, want)
 		}
 	}
-	<-first
+	wait()
 }
 
 type gateFunc func(admission.Request, admission.State) (bool, time.Duration)
