@@ -181,19 +181,20 @@ const (
 	shortGone   = 0.1
 )
 
-// noteShort keeps the share of decisions that saw a short tenant.
+// noteShort keeps the shares of decisions that saw a short tenant, and a
+// bounded or short one.
 func (c *Controller) noteShort(now time.Time, load Load) {
-	x := 0.0
-	if load.ShortTenant {
-		x = 1
-	}
-	c.short.add(now, shortMemory, x)
 	c.boundedNow = load.BoundedTenant || load.ShortTenant
-	x = 0
-	if c.boundedNow {
-		x = 1
+	c.short.add(now, shortMemory, one(load.ShortTenant))
+	c.bounded.add(now, shortMemory, one(c.boundedNow))
+}
+
+// one is 1 for true, 0 for false: a sample of a share.
+func one(b bool) float64 {
+	if b {
+		return 1
 	}
-	c.bounded.add(now, shortMemory, x)
+	return 0
 }
 
 // tenantShort reports whether most recent decisions saw a tenant held
@@ -213,7 +214,10 @@ func (c *Controller) tenantBounded() bool {
 // short any more, nor bounded (where a tenant holds its share exactly, a
 // step up would make it short again).
 func (c *Controller) mayWalkBack(now time.Time, load Load) bool {
-	return c.walked && c.fairWalk && !load.ShortTenant && c.short.sum < shortGone*c.short.w && !c.tenantBounded() && c.plat.left > 0 && c.cap < c.plat.left && now.Sub(c.changedAt) >= leftDwell
+	if !c.walked || !c.fairWalk || c.plat.left == 0 || c.cap >= c.plat.left || now.Sub(c.changedAt) < leftDwell {
+		return false
+	}
+	return !load.ShortTenant && c.short.sum < shortGone*c.short.w && !c.tenantBounded()
 }
 
 // walkReason is the reason of a step towards the left edge.
@@ -234,10 +238,10 @@ func (c *Controller) walkReason(old int, load Load) string {
 // it is lowered for goodput.
 //
 // While a tenant runs every request it has and no more than the tenants
-// that want more, or is held below its share (tenantBounded), a raise by one level must also serve that
-// tenant no less (max-min): it gets about its running count over the cap
-// of the goodput, and a raise serves it less unless the goodput one level
-// up grows faster than the level does.
+// that want more, or is held below its share (tenantBounded), a raise by
+// one level must also serve that tenant no less (max-min): it gets about
+// its running count over the cap of the goodput, and a raise serves it
+// less unless the goodput one level up grows faster than the level does.
 func (c *Controller) mayLeaveLeft(pl plan) bool {
 	if pl.over {
 		return true
