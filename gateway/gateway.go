@@ -235,7 +235,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
 		MaxModelLen: cfg.MaxModelLen,
 		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
-		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), SpanWork: g.spanWork(),
+		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), Spans: g.spans(),
 	})
 	if err != nil {
 		return nil, err

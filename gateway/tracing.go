@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/tracing"
 )
 
@@ -45,13 +46,13 @@ func (g *Gateway) newTracing() error {
 	return nil
 }
 
-// spanWork is the proxy's SpanWork: the tracer's goroutine ends the spans;
-// nil when tracing is off.
-func (g *Gateway) spanWork() func(func()) bool {
+// spans is the proxy's Spans: the tracer's goroutine ends the spans; nil
+// when tracing is off.
+func (g *Gateway) spans() proxy.Spans {
 	if g.tracer == nil {
 		return nil
 	}
-	return g.tracer.Defer
+	return g.tracer
 }
 
 // Tracing returns the gateway's tracer, which Run runs; nil when tracing

@@ -31,7 +31,13 @@ func TestTracingWired(t *testing.T) {
 	if sp.Name != "chat m" || sp.Attrs["gen_ai.operation.name"] != "chat" || sp.Resource["service.name"] != "kneecap" {
 		t.Errorf("%s", sp)
 	}
+	// The receiver has the span before the exporter has its answer and
+	// counts it: wait for the count.
 	_, body := get(t, h.admin+"/metrics")
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(body, "kneecap_tracing_spans_exported_total 1") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		_, body = get(t, h.admin+"/metrics")
+	}
 	for _, m := range []string{"kneecap_tracing_spans_exported_total 1", "kneecap_tracing_spans_dropped_total 0", "gen_ai_server_time_to_first_token_seconds_bucket"} {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics has no %q", m)

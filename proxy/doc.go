@@ -65,7 +65,7 @@
 //     It continues the client's W3C traceparent (a malformed one starts a
 //     new trace) and its context replaces the client's in the engine
 //     request. Everything is set at the end from the record and the
-//     ticket (Ticket.Grant), on Config.SpanWork's goroutine when it is set
+//     ticket (Ticket.Grant), on Config.Spans's goroutine when it is set
 //     (the tracer's), from a snapshot of the request; without a tracer it
 //     costs one nil check per request. [GenAI] names a route's operation and provider, for the
 //     gateway's GenAI metrics too.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/tracing"
 )
 
 // DefaultMaxBodyBytes bounds a generation request body when
@@ -103,11 +104,19 @@ type Config struct {
 	// context the engine request carries (W3C traceparent). nil means no
 	// spans, and the client's traceparent goes to the engine as it came.
 	Tracer trace.Tracer
-	// SpanWork runs the end of a span (its attributes, events and End,
-	// from a snapshot of the request) off the request's goroutine, or
-	// refuses it (false: a full queue; the span is then dropped, never
-	// ended). nil means at once, on the request's goroutine.
-	SpanWork func(end func()) bool
+	// Spans ends the spans off the request's goroutine (trace.go). nil
+	// means at once, on the request's goroutine, through the SDK's span.
+	Spans Spans
+}
+
+// Spans is where the spans of traced requests end; *tracing.Tracer is
+// one. Defer runs end, the end of a span from a snapshot of its request,
+// on a goroutine of its own, or refuses it (false: a full queue; the span
+// is then dropped, never ended). End, called only by such an end, ends
+// the span with what it was given.
+type Spans interface {
+	Defer(end func()) bool
+	End(e *tracing.Ended)
 }
 
 // Admitter is what the proxy needs of admission; *admission.Limiter is

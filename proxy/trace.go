@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"context"
+	"encoding/hex"
 	"net/http"
 	"net/textproto"
 	"strconv"
@@ -11,10 +11,12 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/slo"
+	"github.com/kneecap/kneecap/tracing"
 	"github.com/kneecap/kneecap/wire"
 )
 
@@ -28,10 +30,11 @@ import (
 // Everything else is set when the request ends, from its record and
 // ticket: nothing is added per chunk, and the only reading of the
 // engine's bytes for it is the response model and finish reasons of the
-// chunks that finish a choice (or of a whole answer). Setting them and
-// ending the span runs on Config.SpanWork's goroutine when it is set (the
-// SDK's share of a span is most of its cost), from a snapshot of the
-// request. Without a tracer none of this runs: one nil check per request.
+// chunks that finish a choice (or of a whole answer). Gathering them and
+// ending the span runs on Config.Spans's goroutine when it is set, from a
+// snapshot of the request, and ends there as a tracing.Ended (written to
+// the exporter without the SDK's end where it can be: most of a span's
+// cost). Without a tracer none of this runs: one nil check per request.
 
 // traceContext is the W3C Trace Context propagator.
 var traceContext = propagation.TraceContext{}
@@ -49,6 +52,7 @@ type spanState struct {
 	maxTokens int  // max_completion_tokens or max_tokens, 0 when not given
 	model     string
 	finish    []string
+	runFn     func() // s.run
 	spanEnd
 }
 
@@ -163,13 +167,21 @@ func (p *Proxy) startSpan(x *exchange) {
 // statePool holds the spans' states (spanState) for reuse: a state is put
 // back once its span has ended (release), so that a traced request does
 // not allocate its half a kilobyte.
-var statePool = sync.Pool{New: func() any { return new(spanState) }}
+var statePool sync.Pool
+
+func init() { // not in statePool's declaration: run refers to statePool
+	statePool.New = func() any {
+		s := new(spanState)
+		s.runFn = s.run // bound once: a method value made per request allocates
+		return s
+	}
+}
 
 // release empties s and puts it back in statePool; nothing may use it
 // after.
 func (s *spanState) release() {
 	clear(s.finish)
-	*s = spanState{finish: s.finish[:0]}
+	*s = spanState{finish: s.finish[:0], runFn: s.runFn}
 	statePool.Put(s)
 }
 
@@ -185,11 +197,48 @@ func (s *spanState) noteRequest(req wire.Request) {
 }
 
 // propagate makes the engine request carry the span's context in place of
-// the client's traceparent and tracestate.
+// the client's traceparent and tracestate, as the W3C propagator writes
+// them (TestTraceStream compares), without the context it would need.
 func (s *spanState) propagate(h http.Header) {
 	h.Del("Traceparent")
 	h.Del("Tracestate")
-	traceContext.Inject(trace.ContextWithSpan(context.Background(), s.span), headerCarrier(h))
+	sc := s.span.SpanContext()
+	if !sc.IsValid() {
+		return
+	}
+	tid, sid := sc.TraceID(), sc.SpanID()
+	var b [55]byte // 00-{32 hex}-{16 hex}-{2 hex}
+	w := append(b[:0], "00-"...)
+	w = hex.AppendEncode(w, tid[:])
+	w = append(w, '-')
+	w = hex.AppendEncode(w, sid[:])
+	w = append(w, '-')
+	w = hex.AppendEncode(w, []byte{byte(sc.TraceFlags() & trace.FlagsSampled)})
+	h["Traceparent"] = []string{string(w)}
+	if ts := sc.TraceState().String(); ts != "" {
+		h["Tracestate"] = []string{ts}
+	}
+}
+
+// oneFinish are the finish_reasons attributes of one choice finished for
+// the common reasons, made once: attribute.StringSlice copies its slice.
+var oneFinish = func() map[string]attribute.KeyValue {
+	m := map[string]attribute.KeyValue{}
+	for _, r := range []string{"stop", "length", "tool_calls", "content_filter", "function_call", "abort"} {
+		m[r] = attribute.StringSlice(attrFinish, []string{r})
+	}
+	return m
+}()
+
+// finishReasons is the gen_ai.response.finish_reasons attribute of the
+// reasons given.
+func finishReasons(reasons []string) attribute.KeyValue {
+	if len(reasons) == 1 {
+		if kv, ok := oneFinish[reasons[0]]; ok {
+			return kv
+		}
+	}
+	return attribute.StringSlice(attrFinish, reasons)
 }
 
 // maxFinish bounds the finish reasons kept (one per choice).
@@ -210,7 +259,7 @@ func (s *spanState) noteAnswer(shape wire.Shape, data []byte) {
 }
 
 // spanEnd is what ending a span reads, taken from the request when it
-// ended, so that it may run on another goroutine (Config.SpanWork): the
+// ended, so that it may run on another goroutine (Config.Spans): the
 // request's writer and ticket are not touched after it.
 type spanEnd struct {
 	rec        slo.Record
@@ -220,16 +269,16 @@ type spanEnd struct {
 	granted    time.Time
 	retryAfter string
 	end        time.Time
-	// The options of the span's End and events, in the span's own memory:
-	// a variadic slice built per call escapes and allocates.
-	endOpt   [1]trace.SpanEndOption
-	eventOpt [2][1]trace.EventOption
+	spans      Spans // Config.Spans, which ends it; nil: the SDK, at once
+	// How the span ends, in the span's own memory.
+	ended  tracing.Ended
+	events [2]sdktrace.Event
 }
 
 // endSpan ends the request's span: at once when it is not recorded (not
-// sampled), else by Config.SpanWork (at once without it) from a snapshot
-// of the request. A span whose end SpanWork refuses (its queue is full) is
-// never ended: the tracer has counted it as dropped.
+// sampled), else on Config.Spans's goroutine (at once without it) from a
+// snapshot of the request. A span whose end Spans refuses (its queue is
+// full) is never ended: the tracer has counted it as dropped.
 func (p *Proxy) endSpan(x *exchange) {
 	s := x.tr
 	x.tr = nil // s is the span's end's, then statePool's
@@ -238,42 +287,43 @@ func (p *Proxy) endSpan(x *exchange) {
 		s.release()
 		return
 	}
-	s.spanEnd = spanEnd{rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now()}
+	s.spanEnd = spanEnd{rec: x.rec, base: p.cfg.Targets, retryAfter: x.w.Header().Get("Retry-After"), end: time.Now(), spans: p.cfg.Spans}
 	if t := x.ticket; t != nil {
 		s.ticketed, s.grant, s.granted = true, t.Grant(), t.Granted()
 	}
-	if p.cfg.SpanWork == nil {
+	if s.spans == nil {
 		s.run()
 		return
 	}
-	if !p.cfg.SpanWork(s.run) { // refused: the tracer counted the span as dropped
+	if !s.spans.Defer(s.runFn) { // refused: the tracer counted the span as dropped
 		s.release()
 	}
 }
 
-// run sets the span's name, attributes, events and status from the judged
-// record, and ends it. The targets are set when they differ from the
-// operator's: a class's, or the request's headers'.
+// run gathers the span's name, attributes, events and status from the
+// judged record, and ends it (Spans.End, or the SDK's without Spans). The
+// targets are set when they differ from the operator's: a class's, or the
+// request's headers'.
 func (s *spanState) run() {
 	e := &s.spanEnd
 	rec, base := &e.rec, e.base
-	defer func() {
-		e.endOpt[0] = trace.WithTimestamp(e.end)
-		s.span.End(e.endOpt[:]...)
-		s.release()
-	}()
 	op, provider := GenAI(rec.Route)
-	model := clip(rec.Model)
-	if model != "" {
-		s.span.SetName(op + " " + model)
-	}
+	e.ended = tracing.Ended{Span: s.span, Name: op, End: e.end}
+	events := e.events[:0]
 	ap := attrPool.Get().(*[]attribute.KeyValue)
 	a := (*ap)[:0]
-	defer func() { // SetAttributes copied them
+	defer func() { // the span's end has copied them
 		clear(a)
 		*ap = a[:0]
 		attrPool.Put(ap)
+		clear(e.events[:])
+		e.ended = tracing.Ended{}
+		s.release()
 	}()
+	model := clip(rec.Model)
+	if model != "" {
+		e.ended.Name = op + " " + model
+	}
 	str := func(k, v string) {
 		if v != "" {
 			a = append(a, attribute.String(k, v))
@@ -301,7 +351,7 @@ func (s *spanState) run() {
 		a = append(a, attribute.Int(attrInputTokens, rec.PromptTokens), attribute.Int(attrOutputTokens, rec.OutputTokens*max(rec.Choices, 1)))
 	}
 	if len(s.finish) > 0 {
-		a = append(a, attribute.StringSlice(attrFinish, s.finish))
+		a = append(a, finishReasons(s.finish))
 	}
 	if rec.Status != 0 {
 		a = append(a, attribute.Int(attrStatus, rec.Status))
@@ -333,14 +383,12 @@ func (s *spanState) run() {
 			a = append(a, attribute.Float64(attrPredTTFT, (rec.QueueWait+g.EngineTTFT).Seconds()))
 		}
 		secs(attrPredTPOT, int64(g.Step))
-		e.eventOpt[0][0] = trace.WithTimestamp(e.granted)
-		s.span.AddEvent(eventGrant, e.eventOpt[0][:]...)
+		events = append(events, sdktrace.Event{Name: eventGrant, Time: e.granted})
 	}
 	if rec.FirstObserved() {
 		secs(attrTTFT, int64(rec.TTFT))
 		secs(attrEngineTTFT, int64(rec.EngineTTFT))
-		e.eventOpt[1][0] = trace.WithTimestamp(rec.Arrival.Add(rec.TTFT))
-		s.span.AddEvent(eventFirst, e.eventOpt[1][:]...)
+		events = append(events, sdktrace.Event{Name: eventFirst, Time: rec.Arrival.Add(rec.TTFT)})
 	}
 	if tpot, ok := rec.TPOT(); ok {
 		secs(attrTPOT, int64(tpot))
@@ -357,8 +405,13 @@ func (s *spanState) run() {
 		}
 		a = append(a, attribute.String(attrErrorType, et))
 		if rec.Outcome.Has(slo.EngineError) {
-			s.span.SetStatus(codes.Error, et)
+			e.ended.Status = sdktrace.Status{Code: codes.Error, Description: et}
 		}
 	}
-	s.span.SetAttributes(a...)
+	e.ended.Attributes, e.ended.Events = a, events
+	if e.spans != nil {
+		e.spans.End(&e.ended)
+	} else {
+		e.ended.EndSDK()
+	}
 }

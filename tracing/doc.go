@@ -26,6 +26,13 @@
 //     goroutine has ended it, not when its batch leaves, so that the SDK's
 //     objects of the spans waiting for their batch are not kept on the
 //     heap. http/json is sent by the official exporter.
+//   - ended.go: [Ended], how the proxy ends a span, and [Tracer.End],
+//     which writes it into the exporter's batch at once, the SDK's span
+//     giving its identity, parent, kind, start, resource and scope, without
+//     the SDK's end (its copy and deduplication of the attributes, events
+//     and snapshot: half of a span's cost); with http/json, or span limits
+//     (OTEL_SPAN_*_LIMIT) that would cut a span, the SDK's span is ended
+//     with it instead ([Ended.EndSDK]).
 //   - queue.go: the span processor, a bounded queue in front of the
 //     exporter. A sampled span that ends is appended to the queue under a
 //     lock, without waiting; a full queue drops it (the bound counts the
@@ -36,8 +43,8 @@
 //     OTEL_BSP_SCHEDULE_DELAY, each export bounded by
 //     OTEL_BSP_EXPORT_TIMEOUT.
 //     The same goroutine ends the requests' spans that the proxy hands it
-//     ([Tracer.Defer]: their attributes and the SDK's snapshot, most of a
-//     span's cost, off the request's goroutine), at most
+//     ([Tracer.Defer], then [Tracer.End]: their attributes and encoding,
+//     off the request's goroutine), at most
 //     OTEL_BSP_MAX_QUEUE_SIZE waiting, woken by every 64.
 //     Every span lost, to a full queue, a failed export or the shutdown
 //     bound, is counted ([Tracer.Dropped]; the gateway's

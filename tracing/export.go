@@ -43,6 +43,7 @@ type exporter struct {
 	client *http.Client
 
 	enc encoder
+	cur endedSpan // the span StageEnded encodes
 	gz  *gzip.Writer
 	gzb bytes.Buffer
 
@@ -90,6 +91,13 @@ func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 // Stage implements stager: the spans are encoded at once, and the SDK's
 // objects are let go.
 func (e *exporter) Stage(spans []sdktrace.ReadOnlySpan) { e.enc.stage(spans) }
+
+// StageEnded implements stager: s is encoded at once, as Stage's spans.
+func (e *exporter) StageEnded(s endedSpan) {
+	e.cur = s
+	e.enc.stageOne(&e.cur) // a pointer: s in an interface would allocate
+	e.cur = endedSpan{}
+}
 
 // Flush implements stager: it sends the n oldest staged spans, which are
 // unstaged whatever the outcome.

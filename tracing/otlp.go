@@ -10,7 +10,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// encoder writes the SDK's ended spans as an OTLP
+// encoder writes ended spans (the SDK's, or kneecap's own: Ended) as an OTLP
 // ExportTraceServiceRequest in protobuf (opentelemetry-proto's
 // collector/trace/v1), the bytes the official exporter sends, without its
 // step through the generated message types: that step allocates a few
@@ -119,20 +119,24 @@ func (e *encoder) staged() int { return len(e.ends) }
 // stage encodes spans after those staged already.
 func (e *encoder) stage(spans []sdktrace.ReadOnlySpan) {
 	for _, s := range spans {
-		if s == nil {
-			continue
+		if s != nil {
+			e.stageOne(s)
 		}
-		res := s.Resource()
-		g := group{res: res, rkey: equivalent(res), scope: s.InstrumentationScope()}
-		gi := slices.IndexFunc(e.groups, func(h group) bool { return h.rkey == g.rkey && h.scope == g.scope })
-		if gi < 0 {
-			gi = len(e.groups)
-			e.groups = append(e.groups, g)
-		}
-		e.span(s)
-		e.ends = append(e.ends, len(e.spans))
-		e.group = append(e.group, gi)
 	}
+}
+
+// stageOne encodes s after the spans staged already.
+func (e *encoder) stageOne(s spanView) {
+	res := s.Resource()
+	g := group{res: res, rkey: equivalent(res), scope: s.InstrumentationScope()}
+	gi := slices.IndexFunc(e.groups, func(h group) bool { return h.rkey == g.rkey && h.scope == g.scope })
+	if gi < 0 {
+		gi = len(e.groups)
+		e.groups = append(e.groups, g)
+	}
+	e.span(s)
+	e.ends = append(e.ends, len(e.spans))
+	e.group = append(e.group, gi)
 }
 
 // request returns the ExportTraceServiceRequest of the n oldest staged
@@ -239,7 +243,7 @@ func (e *encoder) scope(s instrumentation.Scope) {
 }
 
 // span appends s's Span message, a ScopeSpans field, to e.spans.
-func (e *encoder) span(s sdktrace.ReadOnlySpan) {
+func (e *encoder) span(s spanView) {
 	e.b, e.spans = e.spans, e.b // the field writers append to e.b
 	defer func() { e.b, e.spans = e.spans, e.b }()
 	start := len(e.b)

@@ -34,6 +34,7 @@ type Tracer struct {
 	tracer   trace.Tracer
 	q        *queue
 	client   *http.Client
+	direct   bool // End writes spans to the exporter without the SDK's end
 }
 
 // New builds the tracer of cfg, which must be Enabled. It starts nothing
@@ -71,6 +72,8 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
+	_, stages := exp.(*exporter)
+	t.direct = stages && directLimits(sdktrace.NewSpanLimits())
 	t.provider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler(cfg.Sampler, cfg.SamplerArg)),
 		sdktrace.WithResource(res), sdktrace.WithSpanProcessor(t.q))
 	t.tracer = t.provider.Tracer(ScopeName)
@@ -154,7 +157,7 @@ func (t *Tracer) Dropped() int64 { return t.q.dropped.Load() }
 // Defer runs end, which ends a span, on Run's goroutine, after the request
 // that ended; false (a full queue) means it will not run and the span is
 // counted as dropped. The gateway hands it to the proxy
-// (proxy.Config.SpanWork).
+// (proxy.Config.Spans).
 func (t *Tracer) Defer(end func()) bool { return t.q.Defer(end) }
 
 // Exported returns the spans the collector accepted.
