@@ -231,3 +231,27 @@ func TestTraceOffPassesParent(t *testing.T) {
 		t.Errorf("the engine got %q", got)
 	}
 }
+
+// TestTraceUnsampledParent: under the parent-based sampler a client's
+// unsampled traceparent gives a span that is not recorded; the engine
+// still gets the gateway span's context, in the client's trace, unsampled
+// (flags 00), with the client's tracestate.
+func TestTraceUnsampledParent(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.AlwaysSample())), sdktrace.WithSpanProcessor(sr))
+	t.Cleanup(func() { _ = tp.Shutdown(t.Context()) })
+	eng := &heldEngine{hold: make(chan struct{})}
+	s := newSetup(t, eng, Config{Tracer: tp.Tracer("test")})
+	unsampled := strings.TrimSuffix(clientParent, "01") + "00"
+	resp := post(t, s.gateway.URL, "/v1/chat/completions", chatBody, "Traceparent", unsampled, "Tracestate", "vendor=x")
+	if readAll(t, resp); resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	got := eng.seen()[0]
+	if !strings.HasPrefix(got, "00-4bf92f3577b34da6a3ce929d0e0e4736-") || !strings.HasSuffix(got, "-00 vendor=x") || strings.Contains(got, "00f067aa0ba902b7") {
+		t.Errorf("the engine got %q, want the client's trace, a span of the gateway's, unsampled, the client's tracestate", got)
+	}
+	if n := len(sr.Ended()); n != 0 {
+		t.Errorf("%d spans recorded for an unsampled parent", n)
+	}
+}

@@ -82,10 +82,12 @@ func TestEndedMatchesSDK(t *testing.T) {
 
 // TestEndedUnderLimits: span limits that would cut a gateway's span
 // (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT below its attributes) send every span
-// through the SDK, which applies them.
+// through the SDK, which applies them: a span of 4 attributes leaves with
+// 2 and 2 counted as dropped.
 func TestEndedUnderLimits(t *testing.T) {
 	t.Setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "2")
-	cfg, err := FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:1/v1/traces"})
+	c, url := newCapture(t)
+	cfg, err := FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +97,23 @@ func TestEndedUnderLimits(t *testing.T) {
 	}
 	if tr.direct {
 		t.Error("End writes spans itself under an attribute count limit of 2")
+	}
+	_, s := tr.Tracer().Start(context.Background(), "chat")
+	e := &Ended{Span: s, Name: "chat m", End: time.Now(), Attributes: []attribute.KeyValue{
+		attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3), attribute.Int("d", 4)}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = tr.Run(ctx); close(done) }()
+	tr.Defer(func() { tr.End(e) })
+	cancel()
+	<-done
+	var req coltracepb.ExportTraceServiceRequest
+	if len(c.bodies) != 1 || proto.Unmarshal(c.bodies[0], &req) != nil {
+		t.Fatalf("%d exports", len(c.bodies))
+	}
+	sp := req.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
+	if len(sp.GetAttributes()) != 2 || sp.GetDroppedAttributesCount() != 2 || sp.GetName() != "chat m" {
+		t.Errorf("%s", prototext.Format(sp))
 	}
 	if !directLimits(sdktrace.SpanLimits{AttributeCountLimit: -1, AttributeValueLengthLimit: -1, EventCountLimit: 128}) ||
 		directLimits(sdktrace.SpanLimits{AttributeCountLimit: 128, AttributeValueLengthLimit: 100, EventCountLimit: 128}) ||

@@ -55,6 +55,7 @@ type exporter struct {
 var (
 	_ sdktrace.SpanExporter = (*exporter)(nil)
 	_ stager                = (*exporter)(nil)
+	_ endedStager           = (*exporter)(nil)
 )
 
 // retryPolicy is the official exporter's default retry configuration.
@@ -92,7 +93,7 @@ func (e *exporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpa
 // objects are let go.
 func (e *exporter) Stage(spans []sdktrace.ReadOnlySpan) { e.enc.stage(spans) }
 
-// StageEnded implements stager: s is encoded at once, as Stage's spans.
+// StageEnded implements endedStager: s is encoded at once, as Stage's spans.
 func (e *exporter) StageEnded(s endedSpan) {
 	e.cur = s
 	e.enc.stageOne(&e.cur) // a pointer: s in an interface would allocate

@@ -46,7 +46,6 @@ type queue struct {
 // those staged and lets them go, whatever its outcome.
 type stager interface {
 	Stage(spans []sdktrace.ReadOnlySpan)
-	StageEnded(s endedSpan)
 	Flush(ctx context.Context, n int) error
 	Shutdown(ctx context.Context) error
 }
@@ -71,10 +70,6 @@ type held struct {
 }
 
 func (h *held) Stage(spans []sdktrace.ReadOnlySpan) { h.spans = append(h.spans, spans...) }
-
-// StageEnded implements stager: s ends on the SDK's span (Tracer.End does
-// not call it for a held exporter), whose snapshot goes to the queue.
-func (h *held) StageEnded(s endedSpan) { s.EndSDK() }
 
 func (h *held) Flush(ctx context.Context, n int) error {
 	n = min(n, len(h.spans))
@@ -127,10 +122,16 @@ func (q *queue) endSpans(jobs []func()) []func() {
 	return jobs[:0]
 }
 
+// endedStager is a stager that also encodes spans the SDK has not ended
+// (kneecap's exporter): Tracer.End writes spans itself only to one.
+type endedStager interface {
+	StageEnded(s endedSpan)
+}
+
 // stageEnded stages s, a span Tracer.End writes without the SDK ending
 // it, as OnEnd and stage would have: dropped and counted when the queue is
 // full. It runs on run's goroutine only (an end given to Defer), which
-// owns the exporter.
+// owns the exporter, and only when the exporter is an endedStager.
 func (q *queue) stageEnded(s endedSpan) {
 	q.mu.Lock()
 	if q.closed || len(q.buf)+q.staged >= q.maxQueue {
@@ -140,7 +141,7 @@ func (q *queue) stageEnded(s endedSpan) {
 	}
 	q.staged++
 	q.mu.Unlock()
-	q.st.StageEnded(s)
+	q.st.(endedStager).StageEnded(s)
 }
 
 // OnStart implements sdktrace.SpanProcessor.

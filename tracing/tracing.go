@@ -72,7 +72,7 @@ func New(cfg Config, log *slog.Logger) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tracing: resource: %w", err)
 	}
-	_, stages := exp.(*exporter)
+	_, stages := exp.(endedStager)
 	t.direct = stages && directLimits(sdktrace.NewSpanLimits())
 	t.provider = sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler(cfg.Sampler, cfg.SamplerArg)),
 		sdktrace.WithResource(res), sdktrace.WithSpanProcessor(t.q))
