@@ -108,6 +108,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		if ticket != nil { // an Admitter may grant without tracking
 			x.rec.QueueWait = ticket.QueueWait()
 			x.rec.PrefillAhead, x.rec.PrefillSpan, x.rec.PrefillStep = ticket.PrefillAhead()
+			x.rec.GrantRunning = ticket.Grant().Running
 		}
 		if !req.Stream && !x.reassemble {
 			// Its first token cannot be seen: it must not hold back the

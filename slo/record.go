@@ -150,8 +150,11 @@ type Record struct {
 	// PrefillStep is the engine's decode step the gateway predicted when
 	// the request was granted (0 before it knew): a prefill waits for the
 	// step under way and then decodes the running requests in its own.
-	PrefillStep  time.Duration `json:"prefill_step,omitempty"`
-	OutputTokens int           `json:"output_tokens"`
+	PrefillStep time.Duration `json:"prefill_step,omitempty"`
+	// GrantRunning is the requests holding a slot when this one was
+	// granted its own, this one included (0: unknown).
+	GrantRunning int `json:"grant_running,omitempty"`
+	OutputTokens int `json:"output_tokens"`
 	// OutputChunks counts chunks that carried output.
 	OutputChunks int `json:"output_chunks"`
 	// Estimated is true when the engine sent no usage report and

@@ -121,6 +121,9 @@ type Finished struct {
 	// then (see admission.Ticket.PrefillAhead).
 	PrefillAhead             int
 	PrefillSpan, PrefillStep time.Duration
+	// GrantRunning is the requests holding a slot when it was granted,
+	// itself included (0: unknown).
+	GrantRunning int
 }
 
 // Load is the limiter's view since the previous Decide.

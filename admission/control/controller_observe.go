@@ -148,7 +148,9 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 		c.outTokens.add(now, float64(f.OutputTokens))
 	}
 	c.tok.observePrompt(now, f.PromptEstimate)
-	c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
+	if !c.waitedInEngine(now, f) {
+		c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
+	}
 	// A running count that is NaN or infinite says nothing of the step
 	// time the request's tokens were made at: its TPOT ratio is dropped.
 	if f.OutputTokens >= 2 && f.TPOT > 0 && c.gap.ok && finite(f.Running) && !now.Add(-f.Hold).Before(c.shiftAt) {

@@ -86,6 +86,18 @@ func (c *Controller) boundByEngine(now time.Time) bool {
 	return true
 }
 
+// waitedInEngine reports whether f may have waited in the engine's own
+// queue for a slot: granted while the gateway had more requests on the
+// engine than the engine runs at most (its limit, known now, perhaps
+// learnt only after the grant). Its engine TTFT then holds that wait, a
+// whole generation's time at worst, which is no prefill: taken for one,
+// it made every prefill look slower and the deadline check refuse what
+// the engine would have served in time.
+func (c *Controller) waitedInEngine(now time.Time, f Finished) bool {
+	n, ok := c.limit.at(now)
+	return ok && f.GrantRunning > n
+}
+
 // engineBound is the highest cap the engine's own limit allows (MaxCap
 // when none is known).
 func (c *Controller) engineBound(now time.Time) int {

@@ -314,6 +314,7 @@ func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 		Targets: rec.VerdictTargets(), Good: rec.Outcome.Good(),
 		PromptTokens: rec.PromptTokens, PromptEstimate: rec.PromptEstimate,
 		PrefillAhead: rec.PrefillAhead, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
+		GrantRunning: rec.GrantRunning,
 	}
 	r.lock()
 	r.c.ObserveDone(now, f)

@@ -36,6 +36,48 @@ func TestTokenModelLearnsPrefill(t *testing.T) {
 	}
 }
 
+// A request granted while the gateway had more on the engine than the
+// engine runs (its limit, seen in its metrics) waited in the engine's own
+// queue before its prefill: that wait is no prefill, and requests like it
+// mixed in (every fourth, waiting 2-6 s) leave the prefill model where the
+// others put it. Without the limit known they are learnt as prefill.
+func TestPrefillLeavesOutWaitsInTheEngine(t *testing.T) {
+	learn := func(limitKnown bool) planeFit {
+		c := NewController(ControllerConfig{InitialCap: 10})
+		now := time.Unix(0, 0)
+		if limitKnown {
+			for range 3 {
+				now = now.Add(time.Second)
+				c.ObserveEngine(now, EngineReading{KVTokens: math.NaN(), Running: 8, Waiting: 2}, 10, 0)
+			}
+			if n, ok := c.limit.at(now); !ok || n != 8 {
+				t.Fatalf("engine limit %d %v", n, ok)
+			}
+		}
+		for i := range 200 {
+			now = now.Add(100 * time.Millisecond)
+			p := 1000 + (i*997)%3000
+			step := time.Duration(10+i%30) * time.Millisecond
+			ttft := time.Duration(1.5*float64(step)) + time.Duration(float64(p)*160e3)
+			granted := 5 + i%4
+			if i%4 == 3 {
+				granted = 9 + i%2 // past the engine's 8: it waited for a slot
+				ttft += time.Duration(2+i%5) * time.Second
+			}
+			c.ObserveDone(now, Finished{Targets: c.op, Running: 6, EngineTTFT: ttft, Hold: ttft, OutputTokens: 100,
+				PromptTokens: p, PromptEstimate: p, PrefillStep: step, GrantRunning: granted})
+		}
+		c.refresh(now)
+		return c.tok.prefill
+	}
+	if f := learn(true); !f.ok || math.Abs(f.c[2]-160e-6) > 5e-6 {
+		t.Errorf("prefill fit %+v ok=%v with the engine's limit known, want 160us a token", f.c, f.ok)
+	}
+	if f := learn(false); f.ok && math.Abs(f.c[2]-160e-6) <= 5e-6 && f.c[0] < 0.1 {
+		t.Errorf("prefill fit %+v: the waits left no mark without the limit known; the test shows nothing", f.c)
+	}
+}
+
 // The step model separates what the running requests and their KV tokens
 // cost, and counts the engine's hidden tokens (its metrics) as KV.
 func TestTokenModelLearnsStepWithHiddenKV(t *testing.T) {
