@@ -56,10 +56,11 @@ type spanState struct {
 	spanEnd
 }
 
-// headerCarrier is the propagator's carrier over a request's headers: the
-// W3C names map to their canonical form directly, where http.Header's Get
-// and Set would allocate the canonical form of the lower-case names the
-// propagator uses.
+// headerCarrier is the propagator's carrier over a request's headers, for
+// Extract: the W3C names map to their canonical form directly, where
+// http.Header's Get would allocate the canonical form of the lower-case
+// names the propagator uses. (The engine's headers are written by
+// propagate, without the propagator.)
 type headerCarrier http.Header
 
 func (c headerCarrier) Get(key string) string {
@@ -72,16 +73,7 @@ func (c headerCarrier) Get(key string) string {
 	return textproto.MIMEHeader(c).Get(key)
 }
 
-func (c headerCarrier) Set(key, value string) {
-	switch key {
-	case "traceparent":
-		c["Traceparent"] = []string{value}
-	case "tracestate":
-		c["Tracestate"] = []string{value}
-	default:
-		http.Header(c).Set(key, value)
-	}
-}
+func (c headerCarrier) Set(key, value string) { http.Header(c).Set(key, value) }
 
 func (c headerCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
 

@@ -20,15 +20,7 @@ import (
 // the official exporter), field for field: identity, remote parent, trace
 // state, kind, times, attributes, events and status.
 func TestEndedMatchesSDK(t *testing.T) {
-	c, url := newCapture(t)
-	cfg, err := FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, c := capturedTracer(t)
 	if !tr.direct {
 		t.Fatal("kneecap's exporter with the default limits: End should write spans itself")
 	}
@@ -47,30 +39,16 @@ func TestEndedMatchesSDK(t *testing.T) {
 		Events: []sdktrace.Event{{Name: "kneecap.grant", Time: t0.Add(time.Millisecond)}, {Name: "kneecap.first_token", Time: t0.Add(time.Second)}},
 		Status: sdktrace.Status{Code: codes.Error, Description: "engine_error"}}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = tr.Run(ctx); close(done) }()
-	if !tr.Defer(func() {
+	req := exportOnce(t, tr, c, func() {
 		tr.End(e)  // written from e, the SDK's span still open
 		e.EndSDK() // the same span through the SDK: its snapshot, to the queue
-	}) {
-		t.Fatal("Defer refused")
-	}
-	cancel()
-	<-done
+	})
 	if tr.Exported() != 2 || tr.Dropped() != 0 {
 		t.Fatalf("exported %d, dropped %d", tr.Exported(), tr.Dropped())
 	}
-	var req coltracepb.ExportTraceServiceRequest
-	if len(c.bodies) != 1 {
-		t.Fatalf("%d exports", len(c.bodies))
-	}
-	if err := proto.Unmarshal(c.bodies[0], &req); err != nil {
-		t.Fatal(err)
-	}
 	spans := req.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()
 	if len(spans) != 2 {
-		t.Fatalf("%s", prototext.Format(&req))
+		t.Fatalf("%s", prototext.Format(req))
 	}
 	if !proto.Equal(spans[0], spans[1]) {
 		t.Errorf("written from Ended:\n%s\nthrough the SDK:\n%s", prototext.Format(spans[0]), prototext.Format(spans[1]))
@@ -86,31 +64,14 @@ func TestEndedMatchesSDK(t *testing.T) {
 // 2 and 2 counted as dropped.
 func TestEndedUnderLimits(t *testing.T) {
 	t.Setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "2")
-	c, url := newCapture(t)
-	cfg, err := FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, err := New(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tr, c := capturedTracer(t)
 	if tr.direct {
 		t.Error("End writes spans itself under an attribute count limit of 2")
 	}
 	_, s := tr.Tracer().Start(context.Background(), "chat")
 	e := &Ended{Span: s, Name: "chat m", End: time.Now(), Attributes: []attribute.KeyValue{
 		attribute.Int("a", 1), attribute.Int("b", 2), attribute.Int("c", 3), attribute.Int("d", 4)}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = tr.Run(ctx); close(done) }()
-	tr.Defer(func() { tr.End(e) })
-	cancel()
-	<-done
-	var req coltracepb.ExportTraceServiceRequest
-	if len(c.bodies) != 1 || proto.Unmarshal(c.bodies[0], &req) != nil {
-		t.Fatalf("%d exports", len(c.bodies))
-	}
+	req := exportOnce(t, tr, c, func() { tr.End(e) })
 	sp := req.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
 	if len(sp.GetAttributes()) != 2 || sp.GetDroppedAttributesCount() != 2 || sp.GetName() != "chat m" {
 		t.Errorf("%s", prototext.Format(sp))
@@ -120,4 +81,42 @@ func TestEndedUnderLimits(t *testing.T) {
 		directLimits(sdktrace.SpanLimits{AttributeCountLimit: 128, AttributeValueLengthLimit: -1, EventCountLimit: 1}) {
 		t.Error("directLimits")
 	}
+}
+
+// capturedTracer is a tracer exporting to a capture (export_test.go) only
+// when Run ends (the schedule delay is a minute).
+func capturedTracer(t *testing.T) (*Tracer, *capture) {
+	t.Helper()
+	c, url := newCapture(t)
+	cfg, err := FromEnv(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": url, "OTEL_BSP_SCHEDULE_DELAY": "60000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := New(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr, c
+}
+
+// exportOnce runs tr with end deferred to its goroutine, ends it (which
+// flushes) and returns its one export, decoded.
+func exportOnce(t *testing.T, tr *Tracer, c *capture, end func()) *coltracepb.ExportTraceServiceRequest {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = tr.Run(ctx); close(done) }()
+	if !tr.Defer(end) {
+		t.Fatal("Defer refused")
+	}
+	cancel()
+	<-done
+	var req coltracepb.ExportTraceServiceRequest
+	if len(c.bodies) != 1 {
+		t.Fatalf("%d exports", len(c.bodies))
+	}
+	if err := proto.Unmarshal(c.bodies[0], &req); err != nil {
+		t.Fatal(err)
+	}
+	return &req
 }
