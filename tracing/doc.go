@@ -31,8 +31,9 @@
 //     giving its identity, parent, kind, start, resource and scope, without
 //     the SDK's end (its copy and deduplication of the attributes, events
 //     and snapshot: half of a span's cost); with http/json, or span limits
-//     (OTEL_SPAN_*_LIMIT) that would cut a span, the SDK's span is ended
-//     with it instead ([Ended.EndSDK]).
+//     (OTEL_SPAN_*_LIMIT) that would cut a span, or for a span that holds
+//     attributes or links of its own, the SDK's span is ended with it
+//     instead ([Ended.EndSDK]).
 //   - queue.go: the span processor, a bounded queue in front of the
 //     exporter. A sampled span that ends is appended to the queue under a
 //     lock, without waiting; a full queue drops it (the bound counts the

@@ -46,7 +46,9 @@ func (e *Ended) EndSDK() {
 // not ended (nothing of the SDK keeps an open span: it is let go), so that
 // the SDK's work of an end (its copy and deduplication of the attributes,
 // its events and snapshot, about half of what a span cost before) is not
-// done. Otherwise, or for a span that is not the SDK's, it is EndSDK.
+// done. Otherwise, for a span that is not the SDK's, or one that holds
+// attributes, events or links of its own (given at its start: Ended does
+// not carry them), it is EndSDK.
 //
 // End is called only by an end given to Defer, on Run's goroutine, which
 // owns the exporter; e and its slices are not kept after it returns. A
@@ -54,6 +56,10 @@ func (e *Ended) EndSDK() {
 func (t *Tracer) End(e *Ended) {
 	ro, ok := e.Span.(sdktrace.ReadOnlySpan)
 	if !ok || !t.direct || !e.Span.IsRecording() || !e.Span.SpanContext().IsSampled() {
+		e.EndSDK()
+		return
+	}
+	if len(ro.Attributes()) > 0 || len(ro.Events()) > 0 || len(ro.Links()) > 0 {
 		e.EndSDK()
 		return
 	}

@@ -83,6 +83,21 @@ func TestEndedUnderLimits(t *testing.T) {
 	}
 }
 
+// TestEndedKeepsWhatTheSpanHolds: a span given attributes and a link at
+// its start (which an Ended does not carry) ends through the SDK, which
+// keeps them beside the Ended's.
+func TestEndedKeepsWhatTheSpanHolds(t *testing.T) {
+	tr, c := capturedTracer(t)
+	link := trace.Link{SpanContext: trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{9}})}
+	_, s := tr.Tracer().Start(context.Background(), "chat", trace.WithAttributes(attribute.String("server.address", "e")), trace.WithLinks(link))
+	e := &Ended{Span: s, Name: "chat m", End: time.Now(), Attributes: []attribute.KeyValue{attribute.Int("a", 1)}}
+	req := exportOnce(t, tr, c, func() { tr.End(e) })
+	sp := req.GetResourceSpans()[0].GetScopeSpans()[0].GetSpans()[0]
+	if len(sp.GetAttributes()) != 2 || len(sp.GetLinks()) != 1 || sp.GetName() != "chat m" {
+		t.Errorf("%s", prototext.Format(sp))
+	}
+}
+
 // capturedTracer is a tracer exporting to a capture (export_test.go) only
 // when Run ends (the schedule delay is a minute).
 func capturedTracer(t *testing.T) (*Tracer, *capture) {
