@@ -35,7 +35,11 @@
 //     class's wait or MaxQueueWait, set longer than its TTFT target wins
 //     over the deadline check). Its
 //     settings (SLOPercentile, MinCap, MaxCap, InitialCap, PrefillPacing)
-//     are read and checked with the rest of Config, once.
+//     are read and checked with the rest of Config, once. With StateFile
+//     (KNEECAP_STATE_FILE) it starts from the state a previous gateway
+//     learnt on the same engine and targets (package learnt: its cap and
+//     the engine's token costs) and writes its own every 30 s, at the end
+//     and on [Gateway.SaveState].
 //   - classes.go: priority classes and tenants from KNEECAP_CLASSES,
 //     KNEECAP_TENANTS and the header settings ([ParseClasses],
 //     [ParseTenants]); the proxy's Classifier, which names a request's

@@ -403,6 +403,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a, ok := g.ctrl.(*adaptive); ok && g.adaptive && g.cfg.StateFile != "" {
+		eg.Go(func() error { g.keepState(egCtx, a); return nil })
+	}
 	if g.engine != nil {
 		g.scraped = make(chan struct{})
 		eg.Go(func() error {
