@@ -30,6 +30,14 @@ type seq struct {
 	lastToken time.Time
 	cancelled bool // the client left; removed at the next step
 	finished  bool
+	// blocks name the prompt's full blocks (Profile.PrefixCaching); refs
+	// are the cached blocks the sequence holds, blocks[:len(refs)].
+	blocks []uint64
+	refs   []*pblock
+	// cached is the prompt tokens its first admission found in the
+	// prefix cache (what usage reports); looked is whether it was looked up.
+	cached int
+	looked bool
 
 	out   atomic.Int32  // output tokens published to the handler
 	state atomic.Int32  // stateRunning, stateDone, stateAborted
@@ -78,6 +86,9 @@ type engine struct {
 	incoming []*seq // arrived since the last schedule, not yet in waiting
 	running  []*seq // in admission order; the last one is preempted first
 	kvUsed   int
+	// pc is the hashed prefix cache (Profile.PrefixCaching); nil when off.
+	// kvUsed leaves out what its blocks hold.
+	pc *prefixCache
 	// cached is how many tokens of finished sequences the prefix cache
 	// holds (Profile.PrefixCacheTokens).
 	cached int
@@ -174,6 +185,9 @@ func (e *engine) preemptLast() *seq {
 	e.running = e.running[:len(e.running)-1]
 	e.kvUsed -= v.alloc
 	v.alloc, v.computed = 0, 0
+	if e.pc != nil {
+		e.pc.release(v)
+	}
 	v.target = v.prompt + v.generated
 	e.pushFront(v)
 	e.preemptions++
@@ -196,6 +210,9 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	e.sweep()
 	e.batch = e.batch[:0]
 	e.admittedAt = time.Time{}
+	if e.pc != nil {
+		e.pc.stepQueries, e.pc.stepHits = 0, 0
+	}
 	budget := e.p.MaxBatchedTokens
 	preempted := false
 	kvAttended, prefill := 0, 0
@@ -223,9 +240,23 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	}
 	for !preempted && budget > 0 && e.numWaiting() > 0 && len(e.running) < e.p.MaxNumSeqs {
 		s := e.waiting[e.head]
-		if !e.room(s.target) {
+		hit := 0
+		if e.pc != nil {
+			hit = e.pc.lookup(s)
+		}
+		if !e.room(s.target - hit) {
+			if e.pc != nil {
+				e.pc.release(s)
+			}
 			break // FCFS: the head waits for memory, and so does everyone behind it
 		}
+		if e.pc != nil {
+			e.pc.count(s.target, hit)
+			if !s.looked {
+				s.looked, s.cached = true, hit
+			}
+		}
+		s.computed = hit
 		if e.p.UnifiedCache {
 			// The new sequence takes the slot idle longest, dropping what
 			// the sequence that ended there left.
@@ -235,12 +266,12 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 		}
 		e.waiting[e.head] = nil
 		e.head++
-		need := min(s.target, budget)
+		need := min(s.target-hit, budget)
 		s.alloc += need
 		e.kvUsed += need
 		budget -= need
 		prefill += need
-		kvAttended += need
+		kvAttended += hit + need
 		if s.arrival.After(e.admittedAt) {
 			e.admittedAt = s.arrival
 		}
@@ -265,6 +296,9 @@ func (e *engine) commit(now time.Time) {
 			continue
 		}
 		s.computed += w.n
+		if e.pc != nil && len(s.refs) < len(s.blocks) {
+			e.register(s)
+		}
 		if s.computed < s.target {
 			continue // a prefill chunk that is not the last
 		}
@@ -310,6 +344,9 @@ func (e *engine) dropRunning(drop func(*seq) bool) {
 		if drop(s) {
 			e.kvUsed -= s.alloc
 			s.alloc = 0
+			if e.pc != nil {
+				e.pc.release(s)
+			}
 			continue
 		}
 		keep = append(keep, s)
@@ -345,6 +382,16 @@ func (e *engine) abortAll() {
 // and room evicts them, oldest first, as far as that makes the need fit;
 // it evicts nothing when even an empty cache would not.
 func (e *engine) room(need int) bool {
+	if e.pc != nil {
+		held := e.kvUsed + e.pc.pinned
+		if held+need > e.p.KVCacheTokens {
+			return false
+		}
+		for held+e.pc.free+need > e.p.KVCacheTokens {
+			e.pc.evictOne()
+		}
+		return true // Validate keeps it apart from the unified cache
+	}
 	if e.kvUsed+need > e.p.KVCacheTokens {
 		return false
 	}
@@ -387,5 +434,17 @@ func (e *engine) evictOldest() {
 func (e *engine) flush() int {
 	n := e.cached
 	e.cached, e.ended, e.endedHead = 0, e.ended[:0], 0
+	if e.pc != nil {
+		n += e.pc.flush()
+	}
 	return n
+}
+
+// cachedTokens are the resident tokens of sequences that ended: the
+// resident-token model's and the hashed cache's free blocks.
+func (e *engine) cachedTokens() int {
+	if e.pc != nil {
+		return e.cached + e.pc.free
+	}
+	return e.cached
 }

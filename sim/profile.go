@@ -71,6 +71,23 @@ type Profile struct {
 	// to PrefixCacheTokens, beside KVCacheTokens).
 	UnifiedCache bool
 
+	// PrefixCaching turns on the hashed prefix cache of vLLM (automatic
+	// prefix caching) and SGLang (RadixAttention): each full block of
+	// PrefixBlockTokens prompt tokens is named by a hash of the prompt up
+	// to its end; a block a running sequence computed is held while it
+	// runs and stays cached after it ends, within KVCacheTokens, until
+	// running sequences need the room (the block freed longest ago goes
+	// first). A new request skips the prefill of its longest cached
+	// prefix (at least one token is computed) and reports those tokens
+	// (usage's prompt_tokens_details.cached_tokens; llama.cpp's
+	// timings.cache_n). Off by default, as every calibration was made
+	// without it; it cannot be combined with UnifiedCache.
+	PrefixCaching bool
+	// PrefixBlockTokens is the block size; 0 means the flavour's: 16
+	// (vLLM's default), 4 for sglang (its radix tree matches single
+	// tokens), 16 for llamacpp.
+	PrefixBlockTokens int
+
 	// MeanOutputTokens is the mean of the output length drawn (exponential,
 	// seeded, capped by max_tokens, at least 1) when a request does not set
 	// ignore_eos.
@@ -94,6 +111,10 @@ func (p Profile) Validate() error {
 		return errors.New("a step must take some time: step_base + step_per_seq > 0")
 	case p.PrefixCacheTokens < 0:
 		return errors.New("prefix_cache_tokens must not be negative")
+	case p.PrefixBlockTokens < 0:
+		return errors.New("prefix_block_tokens must not be negative")
+	case p.PrefixCaching && p.UnifiedCache:
+		return errors.New("prefix_caching and unified_cache are two models of one cache: choose one")
 	case p.MeanOutputTokens < 1:
 		return errors.New("mean_output_tokens must be at least 1")
 	}
