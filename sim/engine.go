@@ -86,16 +86,19 @@ type engine struct {
 	incoming []*seq // arrived since the last schedule, not yet in waiting
 	running  []*seq // in admission order; the last one is preempted first
 	kvUsed   int
-	// pc is the hashed prefix cache (Profile.PrefixCaching); nil when off.
-	// kvUsed leaves out what its blocks hold.
-	pc *prefixCache
+	// pc is the hashed prefix cache (Profile.PrefixCaching); nil when off
+	// or the cache is the unified one, whose slots serve prefixes instead.
+	// kvUsed leaves out what its blocks hold. block is the prefix cache's
+	// block size, 0 when it is off.
+	pc    *prefixCache
+	block int
 	// cached is how many tokens of finished sequences the prefix cache
 	// holds (Profile.PrefixCacheTokens).
 	cached int
-	// ended are the cells each ended sequence left in the unified cache
-	// (Profile.UnifiedCache), oldest first from endedHead; they sum to
+	// ended are what each ended sequence left in its slot of the unified
+	// cache (Profile.UnifiedCache), oldest first from endedHead; their cells sum to
 	// cached. Unused otherwise.
-	ended     []int
+	ended     []slot
 	endedHead int
 	batch     []work
 	// admittedAt is the latest arrival among the sequences the last
@@ -155,7 +158,7 @@ func (e *engine) pushFront(s *seq) {
 func (e *engine) sweep() {
 	e.dropRunning(func(s *seq) bool {
 		if s.cancelled && e.p.UnifiedCache && s.alloc > 0 {
-			e.keep(s.alloc)
+			e.keep(s.alloc, s.blocks)
 		}
 		return s.cancelled
 	})
@@ -240,21 +243,27 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	}
 	for !preempted && budget > 0 && e.numWaiting() > 0 && len(e.running) < e.p.MaxNumSeqs {
 		s := e.waiting[e.head]
-		hit := 0
-		if e.pc != nil {
+		hit, idx, taken := 0, -1, slot{}
+		switch {
+		case e.pc != nil:
 			hit = e.pc.lookup(s)
+		case e.block > 0: // the unified cache's slots
+			hit, idx, taken = e.takeSlot(s)
 		}
 		if !e.room(s.target - hit) {
-			if e.pc != nil {
+			switch {
+			case e.pc != nil:
 				e.pc.release(s)
+			case idx >= 0:
+				e.giveSlotBack(s, hit, idx, taken)
 			}
 			break // FCFS: the head waits for memory, and so does everyone behind it
 		}
 		if e.pc != nil {
 			e.pc.count(s.target, hit)
-			if !s.looked {
-				s.looked, s.cached = true, hit
-			}
+		}
+		if !s.looked {
+			s.looked, s.cached = true, hit
 		}
 		s.computed = hit
 		if e.p.UnifiedCache {
@@ -317,7 +326,7 @@ func (e *engine) commit(now time.Time) {
 			s.finished = true
 			anyDone = true
 			if e.p.UnifiedCache {
-				e.keep(s.alloc) // the cells computed: the last token is never fed back
+				e.keep(s.alloc, s.blocks) // the cells computed: the last token is never fed back
 			} else {
 				e.cached = min(e.p.PrefixCacheTokens, e.cached+s.prompt+s.generated)
 			}
@@ -402,32 +411,6 @@ func (e *engine) room(need int) bool {
 		e.evictOldest()
 	}
 	return true
-}
-
-// keep puts the n cells of a sequence that ended into the unified cache,
-// evicting the oldest beyond Profile.PrefixCacheTokens.
-func (e *engine) keep(n int) {
-	if n <= 0 || e.p.PrefixCacheTokens <= 0 {
-		return
-	}
-	n = min(n, e.p.PrefixCacheTokens)
-	e.ended = append(e.ended, n)
-	e.cached += n
-	for e.cached > e.p.PrefixCacheTokens {
-		e.evictOldest()
-	}
-}
-
-func (e *engine) numEnded() int { return len(e.ended) - e.endedHead }
-
-// evictOldest drops the cells of the sequence that ended first.
-func (e *engine) evictOldest() {
-	e.cached -= e.ended[e.endedHead]
-	e.endedHead++
-	if e.endedHead >= len(e.ended)/2 {
-		n := copy(e.ended, e.ended[e.endedHead:])
-		e.ended, e.endedHead = e.ended[:n], 0
-	}
 }
 
 // flush drops every cached cell and returns how many there were.

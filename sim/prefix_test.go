@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -261,9 +262,45 @@ func TestPrefixCacheAccounting(t *testing.T) {
 }
 
 func TestPrefixCachingValidate(t *testing.T) {
-	p := unifiedProfile()
-	p.PrefixCaching = true
-	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "unified_cache") {
-		t.Fatalf("prefix caching with the unified cache: %v, want an error naming both", err)
+	p := prefixProfile()
+	p.PrefixBlockTokens = -1
+	if err := p.Validate(); err == nil || !strings.Contains(err.Error(), "prefix_block_tokens") {
+		t.Fatalf("a negative block size: %v, want an error naming it", err)
 	}
+}
+
+// With the unified cache, llama.cpp's reuse: a prompt goes to the idle
+// slot whose previous prompt shares the longest prefix with it (not the
+// slot idle longest) and keeps those cells; timings say how many.
+func TestPrefixCacheLlamaCppSlots(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := Tiny
+		p.MaxNumSeqs, p.PrefixCacheTokens, p.UnifiedCache, p.PrefixCaching = 2, 4096, true, true
+		s := startSim(t, Config{Profile: p, Flavor: FlavorLlamaCpp})
+		_, hc, stop := pipeClient(t, s)
+		defer stop()
+		cacheN := func(text string) int {
+			resp, err := hc.Post("http://sim/v1/completions", "application/json", strings.NewReader(`{"max_tokens":2,"ignore_eos":true,"prompt":"`+text+`"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var v struct {
+				Timings struct {
+					CacheN  int `json:"cache_n"`
+					PromptN int `json:"prompt_n"`
+				} `json:"timings"`
+			}
+			if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+			return v.Timings.CacheN
+		}
+		got := []int{cacheN(prompt("a", 40)), cacheN(prompt("b", 40)), cacheN(prompt("b", 40)), cacheN(prompt("a", 40)), cacheN(prompt("c", 40))}
+		// b's second turn takes b's slot although a's was idle longer, so
+		// a's cells are still there for a's second turn; c shares nothing.
+		if want := []int{0, 0, 32, 32, 0}; !slices.Equal(got, want) {
+			t.Fatalf("cache_n %v, want %v", got, want)
+		}
+	})
 }

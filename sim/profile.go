@@ -80,8 +80,10 @@ type Profile struct {
 	// first). A new request skips the prefill of its longest cached
 	// prefix (at least one token is computed) and reports those tokens
 	// (usage's prompt_tokens_details.cached_tokens; llama.cpp's
-	// timings.cache_n). Off by default, as every calibration was made
-	// without it; it cannot be combined with UnifiedCache.
+	// timings.cache_n). With UnifiedCache it is llama.cpp's instead: a
+	// request takes the idle slot whose previous prompt shares the longest
+	// prefix with its own (more than a tenth of it) and reuses those
+	// cells. Off by default, as every calibration was made without it.
 	PrefixCaching bool
 	// PrefixBlockTokens is the block size; 0 means the flavour's: 16
 	// (vLLM's default), 4 for sglang (its radix tree matches single
@@ -113,8 +115,6 @@ func (p Profile) Validate() error {
 		return errors.New("prefix_cache_tokens must not be negative")
 	case p.PrefixBlockTokens < 0:
 		return errors.New("prefix_block_tokens must not be negative")
-	case p.PrefixCaching && p.UnifiedCache:
-		return errors.New("prefix_caching and unified_cache are two models of one cache: choose one")
 	case p.MeanOutputTokens < 1:
 		return errors.New("mean_output_tokens must be at least 1")
 	}

@@ -152,7 +152,10 @@ func New(cfg Config) (*Sim, error) {
 		if s.block = cfg.Profile.PrefixBlockTokens; s.block == 0 {
 			s.block = fl.prefixBlock
 		}
-		s.eng.pc = newPrefixCache(s.block)
+		s.eng.block = s.block
+		if !cfg.Profile.UnifiedCache {
+			s.eng.pc = newPrefixCache(s.block)
+		}
 	}
 	s.eng.stagger = max(cfg.Stagger, 0)
 	return s, nil
