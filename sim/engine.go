@@ -30,9 +30,11 @@ type seq struct {
 	lastToken time.Time
 	cancelled bool // the client left; removed at the next step
 	finished  bool
-	// blocks name the prompt's full blocks (Profile.PrefixCaching); refs
-	// are the cached blocks the sequence holds, blocks[:len(refs)].
+	// blocks name the full blocks of the prompt and of the answer so far
+	// (Profile.PrefixCaching), as hasher names them; refs are the cached
+	// blocks the sequence holds, blocks[:len(refs)].
 	blocks []uint64
+	hasher *prefixHasher
 	refs   []*pblock
 	// cached is the prompt tokens its first admission found in the
 	// prefix cache (what usage reports); looked is whether it was looked up.
@@ -321,6 +323,9 @@ func (e *engine) commit(now time.Time) {
 			e.obs.token(s, now.Sub(s.lastToken))
 		}
 		s.lastToken = now
+		if s.hasher != nil {
+			s.hashOutput()
+		}
 		s.out.Store(int32(s.generated))
 		if s.generated >= s.maxOut {
 			s.finished = true

@@ -120,7 +120,9 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		reason = "length"
 	}
 	q := newSeq(req.prompt, d.outTokens, reason, arrival)
-	q.blocks = req.blocks
+	if q.hasher = req.hasher; q.hasher != nil {
+		q.blocks = q.hasher.out
+	}
 	if err := s.submit(q); err != nil {
 		wire.WriteError(w, http.StatusServiceUnavailable, wire.TypeUnavailable, "", err.Error())
 		return

@@ -1,5 +1,7 @@
 package sim
 
+import "strings"
+
 // This file is the hashed prefix cache (Profile.PrefixCaching): vLLM's
 // automatic prefix caching, and SGLang's radix cache approximated by small
 // blocks. A prompt is cut into blocks of a fixed number of tokens; each
@@ -37,12 +39,47 @@ func (h *prefixHasher) token(t uint64) {
 }
 
 // word adds one word of a text prompt.
-func (h *prefixHasher) word(s string) {
+func (h *prefixHasher) word(s string) { h.token(wordHash(s)) }
+
+func wordHash(s string) uint64 {
 	w := uint64(fnvOffset)
 	for i := 0; i < len(s); i++ {
 		w = (w ^ uint64(s[i])) * fnvPrime
 	}
-	h.token(w)
+	return w
+}
+
+// answerWords[k] is the hash of the word of the simulated answer that
+// ends with output token k (mod len(words)) if the answer stops there:
+// a client that sends the answer back in its next turn sends these words
+// (" dog" and "." make one word, "dog.").
+var answerWords = func() (h [len(words)]uint64) {
+	cur := ""
+	for k, w := range words {
+		if w[0] == ' ' {
+			cur = ""
+		}
+		cur += strings.TrimLeft(w, " ")
+		h[k] = wordHash(cur)
+	}
+	return h
+}()
+
+// hashOutput names the answer's blocks as its tokens come, word by word
+// as the simulator's tokenizer reads the answer sent back: a word is
+// named when the next token starts another, or when the answer ends. So
+// the next turn of a conversation (this prompt, this answer, a new
+// question) finds both cached, as vLLM and SGLang cache the blocks of
+// generated tokens too.
+func (s *seq) hashOutput() {
+	j := s.generated - 1
+	if j > 0 && words[j%len(words)][0] == ' ' {
+		s.hasher.token(answerWords[(j-1)%len(words)])
+	}
+	if s.generated >= s.maxOut {
+		s.hasher.token(answerWords[j%len(words)])
+	}
+	s.blocks = s.hasher.out
 }
 
 // pblock is one cached block. A block with ref > 0 is held by running
@@ -108,7 +145,7 @@ func (c *prefixCache) hold(b *pblock) {
 	b.ref++
 }
 
-// lookup pins the longest cached prefix of s's prompt blocks and returns
+// lookup pins the longest cached prefix of s's blocks and returns
 // its tokens (count records it once s is admitted). At least one token is left to compute (its logits give the
 // first output), as in vLLM.
 func (c *prefixCache) lookup(s *seq) int {
@@ -167,12 +204,12 @@ func (c *prefixCache) flush() int {
 	return n
 }
 
-// register puts the prompt blocks s has computed since its last call into
+// register puts the blocks s has computed since its last call into
 // the cache (or shares a copy another sequence put there meanwhile); their
 // tokens leave s's own KV for the cache's.
 func (e *engine) register(s *seq) {
 	c := e.pc
-	full := min(min(s.computed, s.prompt)/c.size, len(s.blocks))
+	full := min(s.computed/c.size, len(s.blocks))
 	for i := len(s.refs); i < full; i++ {
 		h := s.blocks[i]
 		b := c.blocks[h]

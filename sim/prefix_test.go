@@ -304,3 +304,38 @@ func TestPrefixCacheLlamaCppSlots(t *testing.T) {
 		}
 	})
 }
+
+// A conversation's next turn (its prompt, the answer, a new question)
+// finds the answer's blocks cached too, as vLLM caches generated tokens'
+// blocks: the answer's words, sent back, name the same blocks.
+func TestPrefixCacheConversation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := startSim(t, Config{Profile: prefixProfile()})
+		client, _, stop := pipeClient(t, s)
+		defer stop()
+		first, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+			Model:     "kneecap/tiny",
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("a", 40))},
+			MaxTokens: openai.Int(20),
+		}, option.WithJSONSet("ignore_eos", true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer := first.Choices[0].Message.Content
+		second, err := client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+			Model: "kneecap/tiny",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt("a", 40)),
+				openai.AssistantMessage(answer), openai.UserMessage(prompt("q", 10))},
+			MaxTokens: openai.Int(2),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 40 prompt words, 20 tokens that read back as 18 words, 10 more:
+		// the first 58 words are known, 3 blocks of 16.
+		if n := countWords(answer, nil); n != 18 || second.Usage.PromptTokens != 68 || second.Usage.PromptTokensDetails.CachedTokens != 48 {
+			t.Fatalf("answer of %d words; second turn %d prompt tokens, %d cached; want 18, 68, 48",
+				n, second.Usage.PromptTokens, second.Usage.PromptTokensDetails.CachedTokens)
+		}
+	})
+}

@@ -129,9 +129,9 @@ type parsed struct {
 	// the first tool, or a named function), "" for text.
 	logprobs int
 	tool     string
-	// blocks name the prompt's full blocks for the prefix cache; nil
-	// when it is off.
-	blocks []uint64
+	// hasher has named the prompt's full blocks for the prefix cache (and
+	// goes on with the answer's); nil when it is off.
+	hasher *prefixHasher
 }
 
 // parseGen reads and validates a request against the profile's limits, as
@@ -174,9 +174,7 @@ func parseGen(body []byte, chat bool, p Profile, block int) (parsed, error) {
 	}
 	// An empty prompt still costs the engine a token (BOS).
 	out.prompt = max(out.prompt, 1)
-	if h != nil {
-		out.blocks = h.out
-	}
+	out.hasher = h
 	if out.prompt >= p.MaxModelLen {
 		return parsed{}, fmt.Errorf("this model's maximum context length is %d tokens, but the prompt has %d", p.MaxModelLen, out.prompt)
 	}
