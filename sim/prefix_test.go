@@ -191,6 +191,19 @@ func TestPrefixCacheEvictsBeyondCapacity(t *testing.T) {
 						resp.Body.Close()
 					}
 				}
+				resp, err := hc.Get("http://sim/metrics") // the names a scraper sees
+				if err != nil {
+					t.Fatal(err)
+				}
+				page, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				names := map[Flavor][]string{FlavorVLLM: {"vllm:prefix_cache_queries_total{", "vllm:prefix_cache_hits_total{"},
+					FlavorSGLang: {"sglang:cache_hit_rate{"}}[fl]
+				for _, n := range names {
+					if !strings.Contains(string(page), "\n"+n) {
+						t.Errorf("%s: /metrics has no %s", fl, n)
+					}
+				}
 				if fl == FlavorSGLang {
 					sglRate = metricValue(t, reg, "sglang:cache_hit_rate") // the last request's
 					return
