@@ -167,6 +167,15 @@ type Record struct {
 	// to the controller's model.
 	Choices int `json:"choices,omitempty"`
 
+	// MaxTokens is the output bound the request asked for (max_tokens or
+	// max_completion_tokens, times n), 0 when it gave none.
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// Prefix is the prompt's prefix fingerprint (wire.PromptBlocks: chain
+	// hashes of its leading blocks of text, never the text), set only when
+	// the proxy is asked for it (proxy.Config.PrefixBlockTokens); nil
+	// otherwise.
+	Prefix []uint64 `json:"prefix,omitempty"`
+
 	// Outcome is the judgement (see Judge).
 	Outcome Outcome `json:"outcome"`
 }
