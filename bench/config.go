@@ -291,6 +291,10 @@ type Config struct {
 	// the time since the level started (for on/off bursts and the like). A
 	// negative gap ends the level's arrivals.
 	Interarrival func(r *rand.Rand, rate float64, elapsed time.Duration) time.Duration
+	// EndWithArrivals ends an open-loop level once Interarrival has ended
+	// its arrivals (a negative gap) and every request sent has ended (a
+	// trace's replay: the window is its whole run), before Duration.
+	EndWithArrivals bool
 	// MaxInFlight bounds requests in flight in open loop; an arrival over the
 	// bound waits for a free slot, and its latencies still count from when it
 	// was due. Zero means 10000.
