@@ -291,6 +291,11 @@ type Config struct {
 	// the time since the level started (for on/off bursts and the like). A
 	// negative gap ends the level's arrivals.
 	Interarrival func(r *rand.Rand, rate float64, elapsed time.Duration) time.Duration
+	// CapURL, when set, is the gateway's /status (its admin port), read
+	// about once a second for its cap ("limit") while a level runs, with
+	// Client: Level.Caps, drawn over time by the timeline (Level.Timeline).
+	// A reading that fails is skipped.
+	CapURL string
 	// EndWithArrivals ends an open-loop level once Interarrival has ended
 	// its arrivals (a negative gap) and every request sent has ended (a
 	// trace's replay: the window is its whole run), before Duration.
