@@ -36,3 +36,8 @@ func (g *Gateway) newRequestLog() (int, error) {
 	}
 	return prefixBlockTokens, nil
 }
+
+// RequestLog returns the request log (nil when KNEECAP_REQUEST_LOG is
+// unset). Run runs its writer; a caller that serves Handler without Run
+// (a benchmark) runs it itself.
+func (g *Gateway) RequestLog() *reqlog.Log { return g.reqlog }

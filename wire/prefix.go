@@ -1,9 +1,12 @@
 package wire
 
+import "encoding/binary"
+
 // PromptBlocks appends to dst the prefix fingerprint of a request body of
 // shape s: the prompt's text (the fields MeasurePrompt reads, media
 // skipped) cut into blocks of size bytes, each block's hash chained to
-// the one before it (FNV-1a 64 over the previous hash and the block), so
+// the one before it (a 64-bit multiply-and-shift hash over the previous
+// hash and the block's bytes), so
 // two prompts share their first k hashes exactly when they share their
 // first k blocks of text. The last block may be shorter than size. At
 // most max hashes are appended. Strings count as their raw bytes
@@ -34,22 +37,30 @@ func PromptBlocks(s Shape, body []byte, size, max int, dst []uint64) []uint64 {
 }
 
 const (
-	fnvOffset = 14695981039346656037
-	fnvPrime  = 1099511628211
+	hashOffset = 14695981039346656037 // FNV-1a's offset basis
+	hashMul    = 0x9e3779b97f4a7c15   // odd: a bijection on uint64
 )
 
-// blockHasher chains FNV-1a hashes of fixed-size blocks of bytes.
+// blockHasher chains hashes of fixed-size blocks of bytes. Within a block
+// it mixes eight bytes at a time (a multiply and a shift each), carrying
+// a partial word across writes, so a block's hash depends on its bytes
+// alone, not on how they were split into JSON strings.
 type blockHasher struct {
 	size, max, n, start int
 	h, prev             uint64
+	carry               [8]byte
+	nc                  int
 	out                 []uint64
 }
 
 func (b *blockHasher) reset() {
-	b.h, b.n = fnvOffset, 0
-	for i := 0; i < 8; i++ { // the previous block's hash opens this one
-		b.h = (b.h ^ (b.prev >> (8 * i) & 0xff)) * fnvPrime
-	}
+	b.h, b.n, b.nc = hashOffset, 0, 0
+	b.mix(b.prev) // the previous block's hash opens this one
+}
+
+func (b *blockHasher) mix(w uint64) {
+	h := (b.h ^ w) * hashMul
+	b.h = h ^ h>>32
 }
 
 func (b *blockHasher) full() bool { return len(b.out)-b.start >= b.max }
@@ -57,18 +68,40 @@ func (b *blockHasher) full() bool { return len(b.out)-b.start >= b.max }
 func (b *blockHasher) write(p []byte) {
 	for len(p) > 0 && !b.full() {
 		k := min(len(p), b.size-b.n)
-		h := b.h
-		for _, c := range p[:k] {
-			h = (h ^ uint64(c)) * fnvPrime
-		}
-		b.h, b.n, p = h, b.n+k, p[k:]
+		b.feed(p[:k])
+		b.n += k
+		p = p[k:]
 		if b.n == b.size {
 			b.emit()
 		}
 	}
 }
 
+// feed mixes q into the block, eight bytes at a time.
+func (b *blockHasher) feed(q []byte) {
+	if b.nc > 0 {
+		c := copy(b.carry[b.nc:], q)
+		b.nc += c
+		q = q[c:]
+		if b.nc < 8 {
+			return
+		}
+		b.mix(binary.LittleEndian.Uint64(b.carry[:]))
+		b.nc = 0
+	}
+	for len(q) >= 8 {
+		b.mix(binary.LittleEndian.Uint64(q))
+		q = q[8:]
+	}
+	b.nc = copy(b.carry[:], q)
+}
+
 func (b *blockHasher) emit() {
+	if b.nc > 0 { // the block's last bytes, and how many
+		var w [8]byte
+		copy(w[:], b.carry[:b.nc])
+		b.mix(binary.LittleEndian.Uint64(w[:]) ^ uint64(b.nc)<<59)
+	}
 	b.out = append(b.out, b.h)
 	b.prev = b.h
 	b.reset()

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,33 @@ func TestPromptBlocksBounded(t *testing.T) {
 	img := []byte(`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:` + strings.Repeat("A", 500) + `"}}]}]}`)
 	if got := PromptBlocks(ShapeOpenAI, img, 16, 100, nil); len(got) != 1 {
 		t.Errorf("image prompt: got %d hashes, want 1 (\"user\" and \"image_url\", 13 bytes)", len(got))
+	}
+}
+
+// BenchmarkPromptBlocks fingerprints a chat prompt of 40,000 characters
+// (about 10,000 tokens) in blocks of 2,048 characters, as the request log
+// does: SetBytes makes the rate per byte of prompt.
+func BenchmarkPromptBlocks(b *testing.B) {
+	body := []byte(`{"model":"m","stream":true,"messages":[{"role":"system","content":"` + strings.Repeat("word ", 4000) +
+		`"},{"role":"user","content":"` + strings.Repeat("more ", 4000) + `"}]}`)
+	b.SetBytes(40000)
+	b.ReportAllocs()
+	dst := make([]uint64, 0, 32)
+	for b.Loop() {
+		dst = PromptBlocks(ShapeOpenAI, body, 2048, 256, dst[:0])
+	}
+}
+
+// A block's hash depends on its bytes, not on how they were split into
+// strings.
+func TestPromptBlocksIgnoreSplits(t *testing.T) {
+	whole := PromptBlocks(ShapeOpenAI, []byte(`{"prompt":"abcdefghijklmnopqrstuvwxyz0123456789"}`), 16, 10, nil)
+	split := PromptBlocks(ShapeOpenAI, []byte(`{"prompt":["abc","defghijklmnopqr","stuvwxyz01234","56789"]}`), 16, 10, nil)
+	if len(whole) != 3 || !slices.Equal(whole, split) {
+		t.Errorf("whole %x, split %x: want the same 3 hashes", whole, split)
+	}
+	other := PromptBlocks(ShapeOpenAI, []byte(`{"prompt":"abcdefghijklmnopqrstuvwxyz0123456780"}`), 16, 10, nil)
+	if other[0] != whole[0] || other[1] != whole[1] || other[2] == whole[2] {
+		t.Errorf("a change in the last byte: %x against %x", other, whole)
 	}
 }
