@@ -350,7 +350,9 @@ type Config struct {
 	// Clients is what closed-loop users do with a refused or failed
 	// request: ClientsNext (the zero value) drops it and sends the next
 	// after RetryAfterMax at most; ClientsSDK retries it as the OpenAI
-	// SDKs do; ClientsNone gives up at once (see Clients).
+	// SDKs do; ClientsNone gives up at once (see Clients). In open loop
+	// ClientsSDK retries the same way and ClientsNone marks a refused or
+	// failed request given up; ClientsNext sends each request once.
 	Clients Clients
 	// RetryAfterMax makes closed-loop users (ClientsNext) that got a 429 or
 	// 503 wait the server's Retry-After, at most this long, before their

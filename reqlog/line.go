@@ -32,7 +32,8 @@ type Line struct {
 	PromptTokens    int  `json:"prompt_tokens"`
 	PromptEstimated bool `json:"prompt_estimated,omitempty"`
 	// CachedTokens is the prompt tokens the engine served from its prefix
-	// cache, when it reports them; 0 otherwise.
+	// cache, as its usage report (prompt_tokens_details.cached_tokens) or
+	// llama.cpp's timings (cache_n) said; 0 when it did not say.
 	CachedTokens int `json:"cached_tokens,omitempty"`
 	// OutputTokens is the engine's count of output tokens (per choice);
 	// MaxTokens the bound the request asked for (0: none).
@@ -76,7 +77,7 @@ const (
 func FromRecord(r *slo.Record) Line {
 	l := Line{
 		Arrival: r.Arrival.UTC(), Route: r.Route, Model: r.Model, Class: r.Class,
-		Streamed: r.Streamed, PromptTokens: r.PromptTokens,
+		Streamed: r.Streamed, PromptTokens: r.PromptTokens, CachedTokens: r.CachedPromptTokens,
 		OutputTokens: r.OutputTokens, MaxTokens: r.MaxTokens,
 		TTFT: ms(r.TTFT), EngineTTFT: ms(r.EngineTTFT), E2E: ms(r.E2E), QueueWait: ms(r.QueueWait),
 		Reason: r.Reason, Status: r.Status,

@@ -137,6 +137,11 @@ type Record struct {
 
 	// PromptTokens and OutputTokens come from the engine's usage report.
 	PromptTokens int `json:"prompt_tokens"`
+	// CachedPromptTokens is the part of PromptTokens the engine served
+	// from its prefix cache, as its usage report (prompt_tokens_details.
+	// cached_tokens) or llama.cpp's timings (cache_n) said; 0 when it
+	// did not say.
+	CachedPromptTokens int `json:"cached_prompt_tokens,omitempty"`
 	// PromptEstimate is the prompt tokens the gateway estimated from the
 	// body before the engine answered (what admission used).
 	PromptEstimate int `json:"prompt_estimate,omitempty"`

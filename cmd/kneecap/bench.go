@@ -255,7 +255,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		desc = f.describeTrace(tr)
+		desc = f.describeTrace(tr, cfg.Clients)
 		if !f.quiet {
 			cfg.Progress = bench.ProgressPrinter(stderr, isTerminal(stderr), cfg.Mode)
 		}
@@ -264,6 +264,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		map[bench.Mode]string{bench.Closed: "closed", bench.Open: "open"}[cfg.Mode], desc)
 	wall, runErr := bench.Run(ctx, cfg)
 	rep := wall.Scaled(f.timeScale)
+	if f.tr.file != "" {
+		rep.Workload = desc
+	}
 	if len(rep.Levels) > 0 {
 		fmt.Fprintf(stdout, "model %q, %s", rep.Model, rep.Workload)
 		if f.timeScale != 1 {

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -85,7 +86,7 @@ func (f *benchFlags) applyTrace(ctx context.Context, cfg *bench.Config) (*trace.
 		return nil, err
 	}
 	rp := &trace.Replay{Trace: tr, Block: max(int(float64(trace.BlockTokens)*f.tr.lengths+0.5), 1)}
-	cfg.Mode, cfg.Levels = bench.Open, []float64{rp.Rate()}
+	cfg.Mode, cfg.Levels = bench.Open, []float64{roundRate(rp.Rate())}
 	cfg.Interarrival, cfg.Workload, cfg.EndWithArrivals = rp.Interarrival(), rp.Workload(), true
 	cfg.Warmup, cfg.Requests = 0, 0
 	cfg.Duration = tr.Span() + 10*time.Minute // a bound: the level ends when its last request has
@@ -94,7 +95,7 @@ func (f *benchFlags) applyTrace(ctx context.Context, cfg *bench.Config) (*trace.
 }
 
 // describeTrace is the workload line of a replay.
-func (f *benchFlags) describeTrace(tr *trace.Trace) string {
+func (f *benchFlags) describeTrace(tr *trace.Trace, clients bench.Clients) string {
 	s := fmt.Sprintf("trace %s (%s): %d requests over %s", tr.File, tr.Format, len(tr.Requests),
 		time.Duration(float64(tr.Span())*f.timeScale).Round(time.Millisecond))
 	if f.tr.start > 0 || f.tr.duration > 0 {
@@ -106,7 +107,7 @@ func (f *benchFlags) describeTrace(tr *trace.Trace) string {
 	if f.tr.lengths != 1 {
 		s += fmt.Sprintf(", lengths x%g", f.tr.lengths)
 	}
-	return s + ", clients " + f.cfg.Clients.String()
+	return s + ", clients " + clients.String()
 }
 
 // writeTimeline writes the replay's report over time, and its plot when
@@ -128,4 +129,14 @@ func (f *benchFlags) writeTimeline(rep *bench.Report, wall bench.Report, stdout 
 		format, _ := bench.PlotFormat(f.plotFile)
 		return bench.WriteTimelinePlot(w, format, rep.Targets, bs)
 	})
+}
+
+// roundRate keeps three significant digits of a trace's mean rate, the
+// label of its level (the arrivals are the trace's own).
+func roundRate(r float64) float64 {
+	if r <= 0 {
+		return r
+	}
+	p := math.Pow(10, 2-math.Floor(math.Log10(r)))
+	return math.Round(r*p) / p
 }
