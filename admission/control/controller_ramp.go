@@ -42,6 +42,11 @@ const (
 	// been tried by the engine, not only allowed (with the token budget
 	// pacing prefills, a cap nothing reaches says nothing).
 	rampMinRun = 0.75
+	// rampUnfilled is how many decisions in a row with demand the engine
+	// may run less than rampMinRun of the cap before the ramp ends: the
+	// cap no longer binds (four settle times: a doubling's prefills are
+	// paced in within them).
+	rampUnfilled = 8
 )
 
 // ramp is the state of the ramp and what it cost, for /status and the
@@ -49,6 +54,9 @@ const (
 type ramp struct {
 	on     bool
 	narrow bool      // the last raise was by a quarter (raiseStep): the margin was spent at twice the cap
+	// unfilled counts the decisions in a row with demand at which the
+	// engine ran less than rampMinRun of the cap.
+	unfilled int
 	from   int       // the cap it started from
 	since  time.Time // the first decision of the ramp
 	toward int       // the level of its last doubling
@@ -121,8 +129,15 @@ func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 		return 0
 	}
 	if float64(load.PeakRunning) < rampMinRun*float64(c.cap) {
-		return 0 // not tried yet: wait
+		// Not tried yet: wait, but not for long. A cap the engine does
+		// not fill (the demand, or the token budget, binds first) is no
+		// longer what limits the engine, and the ramp's work is done.
+		if c.ramp.unfilled++; c.ramp.unfilled >= rampUnfilled {
+			c.endRamp(now, fmt.Sprintf("the engine ran %d at most of a cap of %d for %d decisions", load.PeakRunning, c.cap, rampUnfilled))
+		}
+		return 0
 	}
+	c.ramp.unfilled = 0
 	next := min(2*c.cap, c.cfg.MaxCap, c.engineBound(now))
 	if next <= c.cap {
 		c.endRamp(now, fmt.Sprintf("at the bound %d", c.cap))
