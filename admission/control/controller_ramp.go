@@ -53,13 +53,13 @@ const (
 // metrics.
 type ramp struct {
 	on     bool
-	narrow bool      // the last raise was by a quarter (raiseStep): the margin was spent at twice the cap
+	narrow bool // the last raise was by a quarter (raiseStep): the margin was spent at twice the cap
 	// unfilled counts the decisions in a row with demand at which the
 	// engine ran less than rampMinRun of the cap.
 	unfilled int
-	from   int       // the cap it started from
-	since  time.Time // the first decision of the ramp
-	toward int       // the level of its last doubling
+	from     int       // the cap it started from
+	since    time.Time // the first decision of the ramp
+	toward   int       // the level of its last doubling
 	// refused counts the requests refused while it ran; idle the slot
 	// time left idle while demand waited (seconds of one slot), from the
 	// limiter's counts at each decision.
