@@ -21,7 +21,7 @@ func TestConfigDefaults(t *testing.T) {
 		SLOHeaderFloorTTFT: 100 * time.Millisecond, SLOHeaderFloorTPOT: 5 * time.Millisecond, SLOHeaderFloorE2E: 500 * time.Millisecond,
 		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", RefusalStatus: 429, LogFormat: "text",
 		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true, TokenBudget: true,
-		EngineMetrics: "/metrics", EngineMetricsInterval: time.Second,
+		EngineMetrics: "/metrics", EngineMetricsInterval: time.Second, EPPMetrics: "off", EPPSaturatedWaiting: 5,
 		ClassHeader: "x-kneecap-class", FairPromptWeight: 1, FairOutputWeight: 2, MaxTenants: 4096, TenantMetrics: 10}
 	want.Upstream = c.Upstream
 	if !reflect.DeepEqual(c, want) || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {

@@ -65,6 +65,12 @@
 //     own), registers its kneecap_engine_* metrics and hands it to the
 //     controller in [Host].EngineMetrics; [Gateway.EngineMetrics] returns
 //     it (nil when off).
+//   - epp.go and package eppmetrics: the pod as an InferencePool's
+//     endpoint picker reads it. New builds the view from the limiter and
+//     the engine-metrics scraper and registers its kneecap_epp_* series;
+//     with KNEECAP_EPP_METRICS set, the traffic chain answers GET /metrics
+//     with it in an engine's names before the proxy (otherwise nothing is
+//     added in front of the proxy). All of it is computed at scrape time.
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //   - tracing.go: OpenTelemetry tracing (package tracing): Config.Tracing
 //     is read from the standard OTEL_* variables by ConfigFromEnv (a bad

@@ -17,6 +17,7 @@ import (
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/enginemetrics"
+	"github.com/kneecap/kneecap/eppmetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/tracing"
@@ -137,6 +138,7 @@ type Gateway struct {
 	status    StatusReporter
 	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
+	epp       *eppmetrics.View       // the endpoint picker's view (epp.go)
 	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	tracer    *tracing.Tracer        // nil: tracing off
@@ -206,6 +208,9 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		g.engine = em
 	}
+
+	g.epp = eppmetrics.New(eppmetrics.Config{Limiter: g.lim, Engine: g.engine, SaturatedWaiting: cfg.EPPSaturatedWaiting})
+	g.registry.MustRegister(g.epp.Collector())
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log, EngineMetrics: g.engine})
 	if err != nil {
@@ -303,6 +308,7 @@ func (g *Gateway) trafficRouter() http.Handler {
 	if s := g.cfg.RefusalStatus; s != 0 && s != http.StatusTooManyRequests {
 		h = refusalStatus(s, h)
 	}
+	h = g.eppMetricsRoute(h)
 	return g.track(h)
 }
 

@@ -1,0 +1,147 @@
+package eppmetrics
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kneecap/kneecap/admission"
+	"github.com/kneecap/kneecap/enginemetrics"
+)
+
+// queueing holds a limiter of cap 1 with one slot held and n requests
+// queued; stop releases them all.
+func queueing(t *testing.T, lim *admission.Limiter, n int) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	held, err := lim.Acquire(ctx, admission.Request{Arrival: time.Now(), Fingerprint: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if tk, err := lim.Acquire(ctx, admission.Request{Arrival: time.Now(), Fingerprint: uint64(100 + i)}); err == nil {
+				tk.Release()
+			}
+		})
+	}
+	for lim.State().Queued < n {
+		time.Sleep(time.Millisecond)
+	}
+	return func() {
+		cancel()
+		wg.Wait()
+		held.Release()
+	}
+}
+
+// TestReadQueueAndRefusals: waiting is the limiter's queue, then a refused
+// request expected back makes the pod saturated, its waiting at least the
+// floor.
+func TestReadQueueAndRefusals(t *testing.T) {
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 3, MaxRetryAfter: time.Minute})
+	v := New(Config{Limiter: lim, SaturatedWaiting: 5})
+	if n := v.Read(); n.Waiting != 0 || n.Running != 0 || n.Saturated {
+		t.Fatalf("idle: %+v", n)
+	}
+	stop := queueing(t, lim, 3)
+	defer stop()
+	n := v.Read()
+	if n.Waiting != 3 || n.Queued != 3 || n.Running != 1 || n.Saturated || n.Fresh {
+		t.Fatalf("three queued: waiting %d, queued %d, running %d, saturated %v, fresh %v", n.Waiting, n.Queued, n.Running, n.Saturated, n.Fresh)
+	}
+	// The queue is full: the next request is refused and expected back.
+	_, err := lim.Acquire(context.Background(), admission.Request{Arrival: time.Now(), Fingerprint: 7})
+	var re *admission.RejectError
+	if !errors.As(err, &re) || re.RetryAfter <= 0 {
+		t.Fatalf("a fourth request: %v, want a refusal with a Retry-After", err)
+	}
+	n = v.Read()
+	if n.Away != 1 || !n.Saturated || n.Waiting != 5 {
+		t.Fatalf("refusing: away %d, saturated %v, waiting %d; want 1, true, 5 (the floor)", n.Away, n.Saturated, n.Waiting)
+	}
+	if n := New(Config{Limiter: lim}).Read(); n.Waiting != 4 || !n.Saturated {
+		t.Fatalf("without a floor: waiting %d, saturated %v; want 4 (3 queued + 1 away), true", n.Waiting, n.Saturated)
+	}
+}
+
+// TestReadEngine: a fresh reading of the engine adds its own waiting and
+// gives its running count, KV usage, LoRA adapters and cache geometry.
+func TestReadEngine(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte(vllmBody))
+	}))
+	defer engine.Close()
+	s := startScraper(t, engine.URL)
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
+	stop := queueing(t, lim, 2)
+	defer stop()
+	n := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5}).Read()
+	if !n.Fresh || n.EngineWaiting != 3 || n.Waiting != 5 || n.Running != 6 || n.Saturated {
+		t.Fatalf("fresh %v, engine waiting %d, waiting %d, running %d, saturated %v; want true, 3, 5, 6, false", n.Fresh, n.EngineWaiting, n.Waiting, n.Running, n.Saturated)
+	}
+	if u, ok := n.KVUsage(); !ok || u != 0.42 {
+		t.Fatalf("KV usage %v, %v", u, ok)
+	}
+	if l := n.LoRA(); l == nil || l.Running != "sql-lora" || l.Waiting != "" || l.MaxLoRA != 4 {
+		t.Fatalf("LoRA %+v", l)
+	}
+	if bs, nb, ok := n.Geometry(); !ok || bs != 16 || nb != 1000 {
+		t.Fatalf("geometry %d x %d, %v", bs, nb, ok)
+	}
+}
+
+// vllmBody is an engine's exposition as vLLM writes it, with LoRA on.
+const vllmBody = `# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 6.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 3.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42
+# HELP vllm:lora_requests_info Running stats on lora requests.
+# TYPE vllm:lora_requests_info gauge
+vllm:lora_requests_info{max_lora="4",running_lora_adapters="sql-lora",waiting_lora_adapters=""} 1.7e+09
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 1234.0
+`
+
+// startScraper runs a scraper of url until the test ends and waits for its
+// first reading.
+func startScraper(t *testing.T, raw string) *enginemetrics.Scraper {
+	t.Helper()
+	u, err := url.Parse(raw + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := enginemetrics.New(enginemetrics.Config{URL: u, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := s.Latest(); ok {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no reading of the engine within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
