@@ -11,7 +11,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kneecap/kneecap/enginemetrics"
-	"github.com/kneecap/kneecap/eppmetrics"
 	"github.com/kneecap/kneecap/gateway"
 )
 
@@ -86,11 +85,6 @@ func contract(t testing.TB) gatewayContract {
 	// The reading of the engine's own metrics is exported only while a
 	// fresh reading knows it.
 	for _, n := range enginemetrics.MetricNames() {
-		c.metrics[n] = true
-	}
-	// So are the engine's LoRA adapters and cache geometry in the
-	// endpoint picker's view.
-	for _, n := range eppmetrics.MetricNames() {
 		c.metrics[n] = true
 	}
 	return c

@@ -6,12 +6,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// The kneecap-named series of the view, on the admin port's /metrics: the
-// names an endpoint picker's configuration points at (docs/fleet.md).
+// The kneecap-named series of the view, on the admin port's /metrics and
+// alone on its /metrics/epp: the names an endpoint picker's configuration
+// points at (docs/fleet.md).
 const (
 	MetricWaiting   = "kneecap_epp_requests_waiting"
 	MetricRunning   = "kneecap_epp_requests_running"
 	MetricSaturated = "kneecap_epp_saturated"
+	MetricKVUsage   = "kneecap_epp_kv_cache_usage_ratio"
 	MetricLoRA      = "kneecap_engine_lora_requests_info"
 	MetricCacheInfo = "kneecap_engine_cache_config_info"
 )
@@ -19,7 +21,7 @@ const (
 // MetricNames lists the series the Collector exports, those present only
 // with a fresh engine reading included.
 func MetricNames() []string {
-	return []string{MetricWaiting, MetricRunning, MetricSaturated, MetricLoRA, MetricCacheInfo}
+	return []string{MetricWaiting, MetricRunning, MetricSaturated, MetricKVUsage, MetricLoRA, MetricCacheInfo}
 }
 
 var (
@@ -29,6 +31,8 @@ var (
 		"Requests the engine runs: its own count while its metrics are fresh, else the requests holding a kneecap slot.", nil, nil)
 	descSaturated = prometheus.NewDesc(MetricSaturated,
 		"1 while kneecap refuses requests (refused requests expected back) or drains: the pod is full, not broken; 0 otherwise.", nil, nil)
+	descKVUsage = prometheus.NewDesc(MetricKVUsage,
+		"The engine's KV-cache usage, 0 to 1, as it publishes it (the same as kneecap_engine_kv_usage_ratio, here too for the picker's own path, /metrics/epp); absent when unknown or stale.", nil, nil)
 	descLoRA = prometheus.NewDesc(MetricLoRA,
 		"The engine's vllm:lora_requests_info as it last published it (value: when it wrote it); absent when unknown or stale.",
 		[]string{"running_lora_adapters", "waiting_lora_adapters", "max_lora"}, nil)
@@ -44,7 +48,7 @@ func (v *View) Collector() prometheus.Collector { return collector{v} }
 type collector struct{ v *View }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descWaiting, descRunning, descSaturated, descLoRA, descCacheInfo} {
+	for _, d := range []*prometheus.Desc{descWaiting, descRunning, descSaturated, descKVUsage, descLoRA, descCacheInfo} {
 		ch <- d
 	}
 }
@@ -61,6 +65,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		sat = 1
 	}
 	gauge(descSaturated, sat)
+	if u, ok := n.KVUsage(); ok {
+		gauge(descKVUsage, u)
+	}
 	if l := n.LoRA(); l != nil {
 		gauge(descLoRA, l.At, l.Running, l.Waiting, maxLoRA(l.MaxLoRA))
 	}

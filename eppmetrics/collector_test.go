@@ -23,13 +23,16 @@ func TestCollector(t *testing.T) {
 	stop := queueing(t, lim, 1)
 	defer stop()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(New(Config{Limiter: lim, Engine: s}).Collector())
+	reg.MustRegister(New(Config{Limiter: lim, Engine: s, MaxQueue: 4}).Collector())
 	fams, _ := scrape(t, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	if got := value(t, fams, MetricWaiting); got != 4 {
 		t.Errorf("%s %v, want 4 (1 queued + 3 in the engine)", MetricWaiting, got)
 	}
 	if got := value(t, fams, MetricRunning); got != 6 {
 		t.Errorf("%s %v, want 6", MetricRunning, got)
+	}
+	if got := value(t, fams, MetricKVUsage); got != 0.42 {
+		t.Errorf("%s %v, want 0.42", MetricKVUsage, got)
 	}
 	if got := value(t, fams, MetricSaturated); got != 0 {
 		t.Errorf("%s %v, want 0", MetricSaturated, got)

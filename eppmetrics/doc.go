@@ -16,6 +16,8 @@
 //     adapters, cache geometry). Waiting is kneecap's queue + the
 //     engine's waiting + the refused requests expected back; Running the
 //     engine's own count while fresh, else kneecap's. A pod that refuses
+//     (refused requests are expected back, or every slot is held and the
+//     queue is full, so the next request is refused before it is read)
 //     or drains is saturated, not broken: its series stay present and
 //     fresh (the picker treats a pod without fresh metrics as gone), and
 //     its waiting is at least Config.SaturatedWaiting, the picker's

@@ -60,7 +60,7 @@ func TestHandlerVLLM(t *testing.T) {
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
 	stop := queueing(t, lim, 2)
 	defer stop()
-	v := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5})
+	v := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5, MaxQueue: 4})
 	u, _ := url.Parse(engine.URL + "/metrics")
 	fams, body := scrape(t, v.Handler(HandlerConfig{Names: VLLM, Engine: u}))
 	if got := value(t, fams, "vllm:num_requests_waiting"); got != 5 {
@@ -94,7 +94,7 @@ func TestHandlerEngineDown(t *testing.T) {
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
 	stop := queueing(t, lim, 1)
 	defer stop()
-	fams, _ := scrape(t, New(Config{Limiter: lim}).Handler(HandlerConfig{Names: SGLang, Engine: u}))
+	fams, _ := scrape(t, New(Config{Limiter: lim, MaxQueue: 4}).Handler(HandlerConfig{Names: SGLang, Engine: u}))
 	if got := value(t, fams, "sglang:num_queue_reqs"); got != 1 {
 		t.Errorf("waiting %v, want 1", got)
 	}

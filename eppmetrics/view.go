@@ -24,6 +24,10 @@ type Config struct {
 	// SaturatedWaiting is the least Waiting reported while the pod is
 	// saturated (refusing, or draining); 0 means no floor.
 	SaturatedWaiting int
+	// MaxQueue is the limiter's queue bound (the gateway's
+	// KNEECAP_MAX_QUEUE): with every slot held and this many queued, the
+	// next request is refused before it is read, so the pod is saturated.
+	MaxQueue int
 }
 
 // View computes the pod's numbers as the endpoint picker reads them, from
@@ -46,7 +50,9 @@ type Numbers struct {
 	// reading is fresh, else the requests holding a kneecap slot.
 	Running int
 	// Saturated is true while kneecap refuses requests (refused requests
-	// are expected back) or drains: the pod is full, not broken.
+	// are expected back, or every slot is held and the queue is full, so
+	// that the next request is refused) or drains: the pod is full, not
+	// broken.
 	Saturated bool
 	// Queued, EngineWaiting and Away are Waiting's parts (EngineWaiting 0
 	// when unknown), before the floor.
@@ -86,7 +92,8 @@ func (v *View) Read() Numbers {
 		}
 	}
 	n.Waiting = n.Queued + n.EngineWaiting + n.Away
-	n.Saturated = n.Away > 0 || st.Draining
+	full := st.Running >= st.Limit && st.Queued >= v.cfg.MaxQueue
+	n.Saturated = n.Away > 0 || full || st.Draining
 	if n.Saturated {
 		n.Waiting = max(n.Waiting, v.cfg.SaturatedWaiting)
 	}

@@ -41,34 +41,48 @@ func queueing(t *testing.T, lim *admission.Limiter, n int) (stop func()) {
 	}
 }
 
-// TestReadQueueAndRefusals: waiting is the limiter's queue, then a refused
-// request expected back makes the pod saturated, its waiting at least the
-// floor.
+// TestReadQueueAndRefusals: waiting is the limiter's queue; a full queue
+// (the next request would be refused) or a refused request expected back
+// makes the pod saturated, its waiting at least the floor.
 func TestReadQueueAndRefusals(t *testing.T) {
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 3, MaxRetryAfter: time.Minute})
-	v := New(Config{Limiter: lim, SaturatedWaiting: 5})
+	v := New(Config{Limiter: lim, SaturatedWaiting: 5, MaxQueue: 3})
 	if n := v.Read(); n.Waiting != 0 || n.Running != 0 || n.Saturated {
 		t.Fatalf("idle: %+v", n)
 	}
-	stop := queueing(t, lim, 3)
+	stop := queueing(t, lim, 2)
 	defer stop()
 	n := v.Read()
-	if n.Waiting != 3 || n.Queued != 3 || n.Running != 1 || n.Saturated || n.Fresh {
-		t.Fatalf("three queued: waiting %d, queued %d, running %d, saturated %v, fresh %v", n.Waiting, n.Queued, n.Running, n.Saturated, n.Fresh)
+	if n.Waiting != 2 || n.Queued != 2 || n.Running != 1 || n.Saturated || n.Fresh {
+		t.Fatalf("two queued: waiting %d, queued %d, running %d, saturated %v, fresh %v", n.Waiting, n.Queued, n.Running, n.Saturated, n.Fresh)
 	}
-	// The queue is full: the next request is refused and expected back.
+	third := make(chan error, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		tk, err := lim.Acquire(ctx, admission.Request{Arrival: time.Now(), Fingerprint: 3})
+		if err == nil {
+			tk.Release()
+		}
+		third <- err
+	}()
+	for lim.State().Queued < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	if n := v.Read(); !n.Saturated || n.Waiting != 5 || n.Away != 0 {
+		t.Fatalf("queue full: saturated %v, waiting %d, away %d; want true, 5 (the floor), 0", n.Saturated, n.Waiting, n.Away)
+	}
+	// The next request is refused and expected back.
 	_, err := lim.Acquire(context.Background(), admission.Request{Arrival: time.Now(), Fingerprint: 7})
 	var re *admission.RejectError
 	if !errors.As(err, &re) || re.RetryAfter <= 0 {
 		t.Fatalf("a fourth request: %v, want a refusal with a Retry-After", err)
 	}
-	n = v.Read()
-	if n.Away != 1 || !n.Saturated || n.Waiting != 5 {
-		t.Fatalf("refusing: away %d, saturated %v, waiting %d; want 1, true, 5 (the floor)", n.Away, n.Saturated, n.Waiting)
+	if n := New(Config{Limiter: lim, MaxQueue: 1000}).Read(); n.Waiting != 4 || n.Away != 1 || !n.Saturated {
+		t.Fatalf("refusing, without a floor: waiting %d, away %d, saturated %v; want 4 (3 queued + 1 away), 1, true", n.Waiting, n.Away, n.Saturated)
 	}
-	if n := New(Config{Limiter: lim}).Read(); n.Waiting != 4 || !n.Saturated {
-		t.Fatalf("without a floor: waiting %d, saturated %v; want 4 (3 queued + 1 away), true", n.Waiting, n.Saturated)
-	}
+	cancel()
+	<-third
 }
 
 // TestReadEngine: a fresh reading of the engine adds its own waiting and
@@ -82,7 +96,7 @@ func TestReadEngine(t *testing.T) {
 	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
 	stop := queueing(t, lim, 2)
 	defer stop()
-	n := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5}).Read()
+	n := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5, MaxQueue: 4}).Read()
 	if !n.Fresh || n.EngineWaiting != 3 || n.Waiting != 5 || n.Running != 6 || n.Saturated {
 		t.Fatalf("fresh %v, engine waiting %d, waiting %d, running %d, saturated %v; want true, 3, 5, 6, false", n.Fresh, n.EngineWaiting, n.Waiting, n.Running, n.Saturated)
 	}

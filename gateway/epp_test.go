@@ -15,7 +15,8 @@ import (
 // TestEPPMetrics: with KNEECAP_EPP_METRICS=vllm the traffic port's /metrics
 // is the engine's body with its waiting and running series kneecap's (its
 // queue counted), the engine's other series passed through; off, it is the
-// engine's own. The admin port has the kneecap-named series either way.
+// engine's own. The admin port has the kneecap-named series either way, on
+// /metrics and alone on /metrics/epp.
 func TestEPPMetrics(t *testing.T) {
 	for _, mode := range []string{"vllm", "off"} {
 		t.Run(mode, func(t *testing.T) {
@@ -58,11 +59,15 @@ func runEPPMetrics(t *testing.T, mode string) {
 	}
 	traffic := get(h.client, "http://gateway/metrics")
 	admin := get(h.admin, "http://admin/metrics")
+	eppOnly := get(h.admin, "http://admin/metrics/epp")
 	wg.Wait()
 	h.stop()
 
 	if !strings.Contains(admin, "\n"+eppmetrics.MetricWaiting+" 2\n") {
 		t.Errorf("the admin port has no %s 2:\n%s", eppmetrics.MetricWaiting, grepLines(admin, "kneecap_epp"))
+	}
+	if !strings.Contains(eppOnly, "\n"+eppmetrics.MetricWaiting+" 2\n") || strings.Contains(eppOnly, "kneecap_requests_total") {
+		t.Errorf("/metrics/epp is not the view alone:\n%s", eppOnly)
 	}
 	if !strings.Contains(traffic, "vllm:prompt_tokens_total") {
 		t.Errorf("the engine's other series were not passed through:\n%s", traffic)

@@ -209,7 +209,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.engine = em
 	}
 
-	g.epp = eppmetrics.New(eppmetrics.Config{Limiter: g.lim, Engine: g.engine, SaturatedWaiting: cfg.EPPSaturatedWaiting})
+	g.epp = eppmetrics.New(eppmetrics.Config{Limiter: g.lim, Engine: g.engine, SaturatedWaiting: cfg.EPPSaturatedWaiting, MaxQueue: cfg.MaxQueue})
 	g.registry.MustRegister(g.epp.Collector())
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log, EngineMetrics: g.engine})
