@@ -21,7 +21,7 @@
 //     is the traffic handler (chi router: in-flight tracking, then POST
 //     /v1/chat/completions and /v1/completions admitted and measured, every
 //     other path passed through); [Gateway.AdminHandler] serves /metrics,
-//     /healthz, /readyz, /status and the live page (/, /live/...). [Gateway.Run] listens, serves, runs the
+//     /metrics/epp, /healthz, /readyz, /status and the live page (/, /live/...). [Gateway.Run] listens, serves, runs the
 //     controller and drains on shutdown, all under one errgroup.
 //   - metrics.go: the Prometheus metrics, fed as a proxy.Observer (counters,
 //     histograms) and read at scrape time (gauges of limiter and window);
