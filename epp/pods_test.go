@@ -47,7 +47,7 @@ func startPod(t *testing.T, name string, environ ...string) *pod {
 	bg.Go(func() { _ = engine.Run(ctx) })
 	engineSrv := httptest.NewServer(engine.Handler())
 
-	cfg, err := gateway.ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + engineSrv.URL, "KNEECAP_ENGINE_METRICS_INTERVAL=100ms"}, environ...))
+	cfg, err := gateway.ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + engineSrv.URL}, environ...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ var (
 	descWaiting = prometheus.NewDesc(MetricWaiting,
 		"Requests the pod holds that no engine slot serves yet, as the endpoint picker reads waiting: kneecap's queue + the engine's own waiting + refused requests expected back; at least KNEECAP_EPP_SATURATED_WAITING while saturated.", nil, nil)
 	descRunning = prometheus.NewDesc(MetricRunning,
-		"Requests the engine runs: its own count while its metrics are fresh, else the requests holding a kneecap slot.", nil, nil)
+		"Requests the engine runs: those holding a kneecap slot, less the engine's own waiting.", nil, nil)
 	descSaturated = prometheus.NewDesc(MetricSaturated,
 		"1 while kneecap refuses requests (refused requests expected back) or drains: the pod is full, not broken; 0 otherwise.", nil, nil)
 	descKVUsage = prometheus.NewDesc(MetricKVUsage,

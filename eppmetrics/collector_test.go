@@ -19,7 +19,7 @@ func TestCollector(t *testing.T) {
 	}))
 	defer engine.Close()
 	s := startScraper(t, engine.URL)
-	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
+	lim := admission.NewLimiter(admission.Config{Limit: 4, MaxQueue: 4})
 	stop := queueing(t, lim, 1)
 	defer stop()
 	reg := prometheus.NewPedanticRegistry()
@@ -28,8 +28,8 @@ func TestCollector(t *testing.T) {
 	if got := value(t, fams, MetricWaiting); got != 4 {
 		t.Errorf("%s %v, want 4 (1 queued + 3 in the engine)", MetricWaiting, got)
 	}
-	if got := value(t, fams, MetricRunning); got != 6 {
-		t.Errorf("%s %v, want 6", MetricRunning, got)
+	if got := value(t, fams, MetricRunning); got != 1 {
+		t.Errorf("%s %v, want 1 (4 slots, 3 of them waiting in the engine)", MetricRunning, got)
 	}
 	if got := value(t, fams, MetricKVUsage); got != 0.42 {
 		t.Errorf("%s %v, want 0.42", MetricKVUsage, got)

@@ -15,7 +15,9 @@
 //     enginemetrics: its own waiting and running, KV usage, LoRA
 //     adapters, cache geometry). Waiting is kneecap's queue + the
 //     engine's waiting + the refused requests expected back; Running the
-//     engine's own count while fresh, else kneecap's. A pod that refuses
+//     requests holding a kneecap slot less the engine's own waiting
+//     (kneecap's count is exact when scraped; the engine's lags its own
+//     scrape). A pod that refuses
 //     (refused requests are expected back, or every slot is held and the
 //     queue is full, so the next request is refused before it is read)
 //     or drains is saturated, not broken: its series stay present and

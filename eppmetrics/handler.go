@@ -180,7 +180,7 @@ func (h *handler) writeView(w *bufio.Writer, sawKV bool) {
 		_ = w.WriteByte('\n')
 	}
 	gauge(names.Waiting, "Requests waiting, as kneecap in front of the engine counts them: its queue, the engine's own waiting, refused requests expected back.", float64(n.Waiting))
-	gauge(names.Running, "Requests the engine runs (kneecap's count while the engine's own is unknown).", float64(n.Running))
+	gauge(names.Running, "Requests the engine runs, as kneecap in front of it counts them: its slots held less the engine's own waiting.", float64(n.Running))
 	if u, ok := n.KVUsage(); ok && !sawKV {
 		gauge(names.KVUsage, "KV-cache usage, 1 means 100 percent, from the engine's own metrics (kneecap).", u)
 		if names.KVUsageOld != "" {

@@ -57,7 +57,7 @@ func TestHandlerVLLM(t *testing.T) {
 	}))
 	defer engine.Close()
 	s := startScraper(t, engine.URL)
-	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
+	lim := admission.NewLimiter(admission.Config{Limit: 4, MaxQueue: 4})
 	stop := queueing(t, lim, 2)
 	defer stop()
 	v := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5, MaxQueue: 4})
@@ -66,8 +66,8 @@ func TestHandlerVLLM(t *testing.T) {
 	if got := value(t, fams, "vllm:num_requests_waiting"); got != 5 {
 		t.Errorf("waiting %v, want 5 (2 queued in kneecap + 3 in the engine)", got)
 	}
-	if got := value(t, fams, "vllm:num_requests_running"); got != 6 {
-		t.Errorf("running %v, want 6 (the engine's)", got)
+	if got := value(t, fams, "vllm:num_requests_running"); got != 1 {
+		t.Errorf("running %v, want 1 (4 slots, 3 of them waiting in the engine)", got)
 	}
 	if got := value(t, fams, "vllm:kv_cache_usage_perc"); got != 0.42 {
 		t.Errorf("KV usage %v, want the engine's 0.42", got)

@@ -46,8 +46,11 @@ type Numbers struct {
 	// kneecap refused and expects back (told a Retry-After that has not
 	// passed); at least SaturatedWaiting while Saturated.
 	Waiting int
-	// Running is the requests the engine runs: its own count while its
-	// reading is fresh, else the requests holding a kneecap slot.
+	// Running is the requests the engine runs: those holding a kneecap
+	// slot (every request reaches the engine through kneecap, and a slot
+	// is held until the stream ends), less the engine's own waiting,
+	// which kneecap granted past the engine's limit. Kneecap's count is
+	// exact at the instant of the scrape; the engine's lags its scrape.
 	Running int
 	// Saturated is true while kneecap refuses requests (refused requests
 	// are expected back, or every slot is held and the queue is full, so
@@ -82,15 +85,11 @@ func (v *View) Read() Numbers {
 	st := v.cfg.Limiter.State()
 	out := v.cfg.Limiter.Outside()
 	r, fresh := v.cfg.Engine.Latest()
-	n := Numbers{Queued: st.Queued, Away: out.Away, Engine: r, Fresh: fresh, Running: st.Running}
-	if fresh {
-		if !math.IsNaN(r.Waiting) {
-			n.EngineWaiting = int(math.Round(r.Waiting))
-		}
-		if !math.IsNaN(r.Running) {
-			n.Running = int(math.Round(r.Running))
-		}
+	n := Numbers{Queued: st.Queued, Away: out.Away, Engine: r, Fresh: fresh}
+	if fresh && !math.IsNaN(r.Waiting) {
+		n.EngineWaiting = int(math.Round(r.Waiting))
 	}
+	n.Running = max(st.Running-n.EngineWaiting, 0)
 	n.Waiting = n.Queued + n.EngineWaiting + n.Away
 	full := st.Running >= st.Limit && st.Queued >= v.cfg.MaxQueue
 	n.Saturated = n.Away > 0 || full || st.Draining

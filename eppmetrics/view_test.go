@@ -14,14 +14,18 @@ import (
 	"github.com/kneecap/kneecap/enginemetrics"
 )
 
-// queueing holds a limiter of cap 1 with one slot held and n requests
-// queued; stop releases them all.
+// queueing holds every slot of a limiter (its cap) and queues n requests
+// more; stop releases them all.
 func queueing(t *testing.T, lim *admission.Limiter, n int) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	held, err := lim.Acquire(ctx, admission.Request{Arrival: time.Now(), Fingerprint: 1})
-	if err != nil {
-		t.Fatal(err)
+	var held []*admission.Ticket
+	for i := range lim.Limit() {
+		tk, err := lim.Acquire(ctx, admission.Request{Arrival: time.Now(), Fingerprint: uint64(1 + i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, tk)
 	}
 	var wg sync.WaitGroup
 	for i := range n {
@@ -37,7 +41,9 @@ func queueing(t *testing.T, lim *admission.Limiter, n int) (stop func()) {
 	return func() {
 		cancel()
 		wg.Wait()
-		held.Release()
+		for _, tk := range held {
+			tk.Release()
+		}
 	}
 }
 
@@ -85,20 +91,21 @@ func TestReadQueueAndRefusals(t *testing.T) {
 	<-third
 }
 
-// TestReadEngine: a fresh reading of the engine adds its own waiting and
-// gives its running count, KV usage, LoRA adapters and cache geometry.
+// TestReadEngine: a fresh reading of the engine adds its own waiting (and
+// takes it from kneecap's running: granted past the engine's limit, they
+// wait in it) and gives its KV usage, LoRA adapters and cache geometry.
 func TestReadEngine(t *testing.T) {
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(vllmBody))
 	}))
 	defer engine.Close()
 	s := startScraper(t, engine.URL)
-	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
+	lim := admission.NewLimiter(admission.Config{Limit: 4, MaxQueue: 4})
 	stop := queueing(t, lim, 2)
 	defer stop()
 	n := New(Config{Limiter: lim, Engine: s, SaturatedWaiting: 5, MaxQueue: 4}).Read()
-	if !n.Fresh || n.EngineWaiting != 3 || n.Waiting != 5 || n.Running != 6 || n.Saturated {
-		t.Fatalf("fresh %v, engine waiting %d, waiting %d, running %d, saturated %v; want true, 3, 5, 6, false", n.Fresh, n.EngineWaiting, n.Waiting, n.Running, n.Saturated)
+	if !n.Fresh || n.EngineWaiting != 3 || n.Waiting != 5 || n.Running != 1 || n.Saturated {
+		t.Fatalf("fresh %v, engine waiting %d, waiting %d, running %d, saturated %v; want true, 3, 5, 1 (4 slots, 3 of them waiting in the engine), false", n.Fresh, n.EngineWaiting, n.Waiting, n.Running, n.Saturated)
 	}
 	if u, ok := n.KVUsage(); !ok || u != 0.42 {
 		t.Fatalf("KV usage %v, %v", u, ok)
@@ -140,7 +147,9 @@ func startScraper(t *testing.T, raw string) *enginemetrics.Scraper {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := enginemetrics.New(enginemetrics.Config{URL: u, Interval: 50 * time.Millisecond})
+	// One scrape a second: a reading stays fresh for three, however slow
+	// the machine (the first scrape is at once).
+	s, err := enginemetrics.New(enginemetrics.Config{URL: u, Interval: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
