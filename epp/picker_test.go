@@ -77,6 +77,9 @@ func TestPickerReadsKneecap(t *testing.T) {
 	}
 	stopRefusals := refuseAll(t, refusing)
 	defer stopRefusals()
+	queuing.waitEngine(t, 1)
+	idle.waitEngine(t, 0)
+	refusing.waitEngine(t, 1)
 
 	ctx := context.Background()
 	handle := fwkplugin.NewEppHandle(ctx, func() []types.NamespacedName { return nil })

@@ -128,3 +128,20 @@ func (p *pod) waitQueued(t *testing.T, n int) {
 		}
 	}
 }
+
+// waitEngine waits until the engine's own metrics, as the pod's kneecap
+// last read them, show running requests and none waiting: a request just
+// forwarded waits in the engine until its next step, and the pod's numbers
+// count it there until the next reading.
+func (p *pod) waitEngine(t *testing.T, running int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		r, ok := p.g.EngineMetrics().Latest()
+		if ok && r.Running == float64(running) && r.Waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the engine's metrics read running %v, waiting %v (fresh %v) after 30 s; want %d, 0", p.name, r.Running, r.Waiting, ok, running)
+		}
+	}
+}
