@@ -163,6 +163,14 @@ type Config struct {
 	// its slot count; the controller moves it as soon as it learns.
 	// Ignored with MaxConcurrency set.
 	InitialCap int `env:"INITIAL_CAP"`
+	// StateFile, when set, is where the adaptive controller keeps what it
+	// learnt across restarts (package learnt): written atomically every
+	// 30 s and at the end, read at start, where a fresh state learnt on
+	// the same engine and targets replaces InitialCap. A missing, stale
+	// (older than StateMaxAge), foreign or corrupt file is one log line
+	// and a cold start.
+	StateFile   string        `env:"STATE_FILE"`
+	StateMaxAge time.Duration `env:"STATE_MAX_AGE" envDefault:"24h"`
 	// PrefillPacing lets the controller pace prefills (a static cap too):
 	// a slot is granted only while fewer than k admitted requests wait for
 	// their first token (see admission.Limiter.SetPacing).

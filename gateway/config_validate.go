@@ -52,6 +52,10 @@ func (c Config) Validate() error {
 		return bad("MaxCap", "must be at most %d, four times the largest default of vLLM's max_num_seqs (1024)", control.CapLimit)
 	case c.MinCap > control.CapLimit:
 		return bad("MinCap", "must be at most %d (the highest KNEECAP_MAX_CAP)", control.CapLimit)
+	case c.StateMaxAge < 0:
+		return bad("StateMaxAge", "must not be negative (0: a state file of any age)")
+	case c.StateFile != "" && strings.ContainsRune(c.StateFile, 0):
+		return bad("StateFile", "must be a file path")
 	case c.InitialCap < 0:
 		return bad("InitialCap", "must not be negative (0: KNEECAP_MIN_CAP)")
 	case c.MaxModelLen < 0 || c.MaxModelLen > 1<<30:

@@ -35,7 +35,11 @@
 //     class's wait or MaxQueueWait, set longer than its TTFT target wins
 //     over the deadline check). Its
 //     settings (SLOPercentile, MinCap, MaxCap, InitialCap, PrefillPacing)
-//     are read and checked with the rest of Config, once.
+//     are read and checked with the rest of Config, once. With StateFile
+//     (KNEECAP_STATE_FILE) it starts from the state a previous gateway
+//     learnt on the same engine and targets (package learnt: its cap and
+//     the engine's token costs) and writes its own every 30 s, at the end
+//     and on [Gateway.SaveState].
 //   - classes.go: priority classes and tenants from KNEECAP_CLASSES,
 //     KNEECAP_TENANTS and the header settings ([ParseClasses],
 //     [ParseTenants]); the proxy's Classifier, which names a request's
@@ -71,6 +75,8 @@
 //     with KNEECAP_EPP_METRICS set, the traffic chain answers GET /metrics
 //     with it in an engine's names before the proxy (otherwise nothing is
 //     added in front of the proxy). All of it is computed at scrape time.
+//   - transport.go: the transport to the engine, tuned for many long
+//     streams to one host.
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //   - tracing.go: OpenTelemetry tracing (package tracing): Config.Tracing
 //     is read from the standard OTEL_* variables by ConfigFromEnv (a bad

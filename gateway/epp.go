@@ -6,6 +6,17 @@ import (
 	"github.com/kneecap/kneecap/eppmetrics"
 )
 
+// eppView is the endpoint picker's view of the pod (package eppmetrics).
+type eppView = eppmetrics.View
+
+// newEPP builds the view from the limiter and the engine's scraper and
+// registers its kneecap_epp_* series.
+func (g *Gateway) newEPP() {
+	g.epp = eppmetrics.New(eppmetrics.Config{Limiter: g.lim, Engine: g.engine,
+		SaturatedWaiting: g.cfg.EPPSaturatedWaiting, MaxQueue: g.cfg.MaxQueue})
+	g.registry.MustRegister(g.epp.Collector())
+}
+
 // eppMetricsRoute has the traffic port answer GET and HEAD /metrics with the
 // endpoint picker's view in an engine's names when Config.EPPMetrics asks
 // for it (the engine's body passed through, its waiting and running

@@ -17,7 +17,6 @@ import (
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/enginemetrics"
-	"github.com/kneecap/kneecap/eppmetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/tracing"
@@ -138,7 +137,7 @@ type Gateway struct {
 	status    StatusReporter
 	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
-	epp       *eppmetrics.View       // the endpoint picker's view (epp.go)
+	epp       *eppView               // the endpoint picker's view (epp.go)
 	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	tracer    *tracing.Tracer        // nil: tracing off
@@ -209,8 +208,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.engine = em
 	}
 
-	g.epp = eppmetrics.New(eppmetrics.Config{Limiter: g.lim, Engine: g.engine, SaturatedWaiting: cfg.EPPSaturatedWaiting, MaxQueue: cfg.MaxQueue})
-	g.registry.MustRegister(g.epp.Collector())
+	g.newEPP()
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log, EngineMetrics: g.engine})
 	if err != nil {
@@ -277,27 +275,6 @@ func (g *Gateway) controller(h Host) (CapControl, bool, error) {
 // maxHeaderBytes bounds the request headers a client may send (net/http's
 // default is 1 MiB).
 const maxHeaderBytes = 64 << 10
-
-// newTransport returns the transport to the engine: keep-alive connections
-// enough for every running stream (the default of 2 idle per host would
-// reconnect constantly), each kept idle for less than the engine's own
-// keep-alive (idle; 0 means none is kept), no compression (the relay reads
-// the bytes), no response-header timeout (FirstTokenTimeout and
-// ResponseTimeout bound the wait instead).
-func newTransport(idle time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // the engine is local; never via HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          0,
-		MaxIdleConnsPerHost:   4096,
-		IdleConnTimeout:       idle,
-		DisableKeepAlives:     idle == 0,
-		DisableCompression:    true,
-		ExpectContinueTimeout: time.Second,
-		// Read and write buffers stay at 4 KiB: the event reader buffers
-		// the stream itself, and every running stream holds one of each.
-	}
-}
 
 // trafficRouter builds the traffic handler chain: in-flight tracking (for
 // drain), then the proxy, which routes by its own policy (proxy.Routes):
@@ -408,6 +385,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 			}
 			return nil
 		})
+	}
+	if a, ok := g.ctrl.(*adaptive); ok && g.adaptive && g.cfg.StateFile != "" {
+		eg.Go(func() error { g.keepState(egCtx, a); return nil })
 	}
 	if g.engine != nil {
 		g.scraped = make(chan struct{})

@@ -40,7 +40,7 @@ type Scenario struct {
 	// Change happens halfway through the measured window: the prompt
 	// length doubles (PromptDoubles: from half the workload's prompt to the
 	// whole of it, since a doubled 4000-token prompt misses TTFT 1s at
-	// every cap on gb10-bf16, see docs/sim.md) or every step takes
+	// every cap on gb10-bf16, see docs/sim-calibration.md) or every step takes
 	// StepFactor times as long.
 	PromptDoubles bool
 	StepFactor    float64

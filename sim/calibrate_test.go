@@ -8,13 +8,13 @@ import (
 	"testing/synctest"
 )
 
-// The calibration of docs/sim.md, checked in CI: each run is the in-process
+// The calibration of docs/sim-calibration.md, checked in CI: each run is the in-process
 // harness (harness_test.go) inside a synctest bubble, so simulated minutes
 // take milliseconds and every number repeats exactly. Print the tables with
 //
 //	go test ./sim -run Calibration -v -args -calibrate
 
-var printTables = flag.Bool("calibrate", false, "print the calibration tables of docs/sim.md")
+var printTables = flag.Bool("calibrate", false, "print the calibration tables of docs/sim-calibration.md")
 
 func closedLoop(t *testing.T, p Profile, w Workload, users int) summary {
 	var s summary

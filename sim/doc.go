@@ -19,6 +19,11 @@
 //     chunks under a token budget; max_num_seqs and a KV-cache capacity
 //     bound the batch; the waiting queue is FCFS; when KV runs out the
 //     newest running sequence is preempted and recomputed.
+//   - prefix.go: the hashed prefix cache of vLLM and SGLang
+//     (Profile.PrefixCaching): prompts named block by block by a chain
+//     hash while they are parsed, blocks held by running sequences and
+//     kept after they end until the room is needed (least recently freed
+//     first); a hit skips that prefill and is reported in usage.
 //   - sim.go: [Sim], [Config] and [Faults]: the scheduler loop [Sim.Run]
 //     that sleeps each step's modelled duration, the run-time step
 //     factor [Sim.SetStepFactor] and [Sim.FlushCache].
@@ -48,9 +53,10 @@
 //
 // # Ownership
 //
-// The engine state (queues, KV accounting, the random generator) belongs to
-// the Sim and is guarded by Sim.mu; a sequence's scheduler fields belong to
-// the engine, its published token count and state to whoever reads them
-// atomically. The handler owns the response writer. The Prometheus registry
+// The engine state (queues, KV accounting, the prefix cache, the random
+// generator) belongs to the Sim and is guarded by Sim.mu; a sequence's
+// scheduler fields belong to the engine (its cached count is read by its
+// handler only after the done state was stored), its published token count
+// and state to whoever reads them atomically. The handler owns the response writer. The Prometheus registry
 // is injected through [Config.Registry] (or owned by the Sim when nil).
 package sim

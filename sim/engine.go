@@ -30,6 +30,16 @@ type seq struct {
 	lastToken time.Time
 	cancelled bool // the client left; removed at the next step
 	finished  bool
+	// blocks name the full blocks of the prompt and of the answer so far
+	// (Profile.PrefixCaching), as hasher names them; refs are the cached
+	// blocks the sequence holds, blocks[:len(refs)].
+	blocks []uint64
+	hasher *prefixHasher
+	refs   []*pblock
+	// cached is the prompt tokens its first admission found in the
+	// prefix cache (what usage reports); looked is whether it was looked up.
+	cached int
+	looked bool
 
 	out   atomic.Int32  // output tokens published to the handler
 	state atomic.Int32  // stateRunning, stateDone, stateAborted
@@ -78,13 +88,19 @@ type engine struct {
 	incoming []*seq // arrived since the last schedule, not yet in waiting
 	running  []*seq // in admission order; the last one is preempted first
 	kvUsed   int
+	// pc is the hashed prefix cache (Profile.PrefixCaching); nil when off
+	// or the cache is the unified one, whose slots serve prefixes instead.
+	// kvUsed leaves out what its blocks hold. block is the prefix cache's
+	// block size, 0 when it is off.
+	pc    *prefixCache
+	block int
 	// cached is how many tokens of finished sequences the prefix cache
 	// holds (Profile.PrefixCacheTokens).
 	cached int
-	// ended are the cells each ended sequence left in the unified cache
-	// (Profile.UnifiedCache), oldest first from endedHead; they sum to
+	// ended are what each ended sequence left in its slot of the unified
+	// cache (Profile.UnifiedCache), oldest first from endedHead; their cells sum to
 	// cached. Unused otherwise.
-	ended     []int
+	ended     []slot
 	endedHead int
 	batch     []work
 	// admittedAt is the latest arrival among the sequences the last
@@ -144,7 +160,7 @@ func (e *engine) pushFront(s *seq) {
 func (e *engine) sweep() {
 	e.dropRunning(func(s *seq) bool {
 		if s.cancelled && e.p.UnifiedCache && s.alloc > 0 {
-			e.keep(s.alloc)
+			e.keep(s.alloc, s.blocks)
 		}
 		return s.cancelled
 	})
@@ -174,6 +190,9 @@ func (e *engine) preemptLast() *seq {
 	e.running = e.running[:len(e.running)-1]
 	e.kvUsed -= v.alloc
 	v.alloc, v.computed = 0, 0
+	if e.pc != nil {
+		e.pc.release(v)
+	}
 	v.target = v.prompt + v.generated
 	e.pushFront(v)
 	e.preemptions++
@@ -196,6 +215,9 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	e.sweep()
 	e.batch = e.batch[:0]
 	e.admittedAt = time.Time{}
+	if e.pc != nil {
+		e.pc.stepQueries, e.pc.stepHits = 0, 0
+	}
 	budget := e.p.MaxBatchedTokens
 	preempted := false
 	kvAttended, prefill := 0, 0
@@ -223,9 +245,29 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 	}
 	for !preempted && budget > 0 && e.numWaiting() > 0 && len(e.running) < e.p.MaxNumSeqs {
 		s := e.waiting[e.head]
-		if !e.room(s.target) {
+		hit, idx, taken := 0, -1, slot{}
+		switch {
+		case e.pc != nil:
+			hit = e.pc.lookup(s)
+		case e.block > 0: // the unified cache's slots
+			hit, idx, taken = e.takeSlot(s)
+		}
+		if !e.room(s.target - hit) {
+			switch {
+			case e.pc != nil:
+				e.pc.release(s)
+			case idx >= 0:
+				e.giveSlotBack(s, hit, idx, taken)
+			}
 			break // FCFS: the head waits for memory, and so does everyone behind it
 		}
+		if e.pc != nil {
+			e.pc.count(s.target, hit)
+		}
+		if !s.looked {
+			s.looked, s.cached = true, hit
+		}
+		s.computed = hit
 		if e.p.UnifiedCache {
 			// The new sequence takes the slot idle longest, dropping what
 			// the sequence that ended there left.
@@ -235,12 +277,12 @@ func (e *engine) schedule() (d time.Duration, ok bool) {
 		}
 		e.waiting[e.head] = nil
 		e.head++
-		need := min(s.target, budget)
+		need := min(s.target-hit, budget)
 		s.alloc += need
 		e.kvUsed += need
 		budget -= need
 		prefill += need
-		kvAttended += need
+		kvAttended += hit + need
 		if s.arrival.After(e.admittedAt) {
 			e.admittedAt = s.arrival
 		}
@@ -265,6 +307,9 @@ func (e *engine) commit(now time.Time) {
 			continue
 		}
 		s.computed += w.n
+		if e.pc != nil && len(s.refs) < len(s.blocks) {
+			e.register(s)
+		}
 		if s.computed < s.target {
 			continue // a prefill chunk that is not the last
 		}
@@ -278,12 +323,15 @@ func (e *engine) commit(now time.Time) {
 			e.obs.token(s, now.Sub(s.lastToken))
 		}
 		s.lastToken = now
+		if s.hasher != nil {
+			s.hashOutput()
+		}
 		s.out.Store(int32(s.generated))
 		if s.generated >= s.maxOut {
 			s.finished = true
 			anyDone = true
 			if e.p.UnifiedCache {
-				e.keep(s.alloc) // the cells computed: the last token is never fed back
+				e.keep(s.alloc, s.blocks) // the cells computed: the last token is never fed back
 			} else {
 				e.cached = min(e.p.PrefixCacheTokens, e.cached+s.prompt+s.generated)
 			}
@@ -310,6 +358,9 @@ func (e *engine) dropRunning(drop func(*seq) bool) {
 		if drop(s) {
 			e.kvUsed -= s.alloc
 			s.alloc = 0
+			if e.pc != nil {
+				e.pc.release(s)
+			}
 			continue
 		}
 		keep = append(keep, s)
@@ -345,6 +396,16 @@ func (e *engine) abortAll() {
 // and room evicts them, oldest first, as far as that makes the need fit;
 // it evicts nothing when even an empty cache would not.
 func (e *engine) room(need int) bool {
+	if e.pc != nil {
+		held := e.kvUsed + e.pc.pinned
+		if held+need > e.p.KVCacheTokens {
+			return false
+		}
+		for held+e.pc.free+need > e.p.KVCacheTokens {
+			e.pc.evictOne()
+		}
+		return true // Validate keeps it apart from the unified cache
+	}
 	if e.kvUsed+need > e.p.KVCacheTokens {
 		return false
 	}
@@ -357,35 +418,21 @@ func (e *engine) room(need int) bool {
 	return true
 }
 
-// keep puts the n cells of a sequence that ended into the unified cache,
-// evicting the oldest beyond Profile.PrefixCacheTokens.
-func (e *engine) keep(n int) {
-	if n <= 0 || e.p.PrefixCacheTokens <= 0 {
-		return
-	}
-	n = min(n, e.p.PrefixCacheTokens)
-	e.ended = append(e.ended, n)
-	e.cached += n
-	for e.cached > e.p.PrefixCacheTokens {
-		e.evictOldest()
-	}
-}
-
-func (e *engine) numEnded() int { return len(e.ended) - e.endedHead }
-
-// evictOldest drops the cells of the sequence that ended first.
-func (e *engine) evictOldest() {
-	e.cached -= e.ended[e.endedHead]
-	e.endedHead++
-	if e.endedHead >= len(e.ended)/2 {
-		n := copy(e.ended, e.ended[e.endedHead:])
-		e.ended, e.endedHead = e.ended[:n], 0
-	}
-}
-
 // flush drops every cached cell and returns how many there were.
 func (e *engine) flush() int {
 	n := e.cached
 	e.cached, e.ended, e.endedHead = 0, e.ended[:0], 0
+	if e.pc != nil {
+		n += e.pc.flush()
+	}
 	return n
+}
+
+// cachedTokens are the resident tokens of sequences that ended: the
+// resident-token model's and the hashed cache's free blocks.
+func (e *engine) cachedTokens() int {
+	if e.pc != nil {
+		return e.cached + e.pc.free
+	}
+	return e.cached
 }

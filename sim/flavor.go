@@ -33,16 +33,22 @@ type flavor struct {
 	roleChunk      bool
 	finishSeparate bool
 	usageInLast    bool
+	// prefixBlock is the prefix cache's block size in tokens when the
+	// profile leaves it to the flavour: vLLM's default on GPUs; SGLang's
+	// radix tree matches single tokens, approximated by blocks of 4;
+	// llama.cpp matches tokens of a slot's previous prompt, approximated
+	// by vLLM's blocks.
+	prefixBlock int
 }
 
 func lookupFlavor(f Flavor) (flavor, error) {
 	switch f {
 	case "", FlavorVLLM:
-		return flavor{name: FlavorVLLM, roleChunk: true}, nil
+		return flavor{name: FlavorVLLM, roleChunk: true, prefixBlock: 16}, nil
 	case FlavorSGLang:
-		return flavor{name: FlavorSGLang, roleChunk: true, finishSeparate: true}, nil
+		return flavor{name: FlavorSGLang, roleChunk: true, finishSeparate: true, prefixBlock: 4}, nil
 	case FlavorLlamaCpp:
-		return flavor{name: FlavorLlamaCpp, finishSeparate: true, usageInLast: true}, nil
+		return flavor{name: FlavorLlamaCpp, finishSeparate: true, usageInLast: true, prefixBlock: 16}, nil
 	}
 	return flavor{}, fmt.Errorf("unknown flavor %q (have vllm, sglang, llamacpp)", f)
 }
@@ -74,6 +80,37 @@ type chunker struct {
 	lp    int
 	tool  string
 	total int
+	// prefix is whether the engine has a prefix cache (Profile.PrefixCaching):
+	// usage then reports cached, the prompt tokens it served.
+	prefix bool
+	cached int
+}
+
+// usage appends a usage object; with a prefix cache, vLLM's and SGLang's
+// prompt_tokens_details, or llama.cpp's timings after it.
+func (c *chunker) usage(dst []byte, completion int) []byte {
+	dst = appendUsage(dst, c.prompt, completion)
+	if !c.prefix {
+		return dst
+	}
+	if c.fl.name == FlavorLlamaCpp {
+		dst = append(dst, `,"timings":{"cache_n":`...)
+		dst = strconv.AppendInt(dst, int64(c.cached), 10)
+		dst = append(dst, `,"prompt_n":`...)
+		dst = strconv.AppendInt(dst, int64(c.prompt-c.cached), 10)
+		return append(dst, '}')
+	}
+	return c.appendDetails(dst[:len(dst)-1])
+}
+
+// appendDetails appends prompt_tokens_details and closes the usage object.
+func (c *chunker) appendDetails(dst []byte) []byte {
+	if !c.prefix {
+		return append(dst, `,"prompt_tokens_details":null}`...)
+	}
+	dst = append(dst, `,"prompt_tokens_details":{"cached_tokens":`...)
+	dst = strconv.AppendInt(dst, int64(c.cached), 10)
+	return append(dst, "}}"...)
 }
 
 // head appends the fields before "choices" for the vllm and sglang flavours.
@@ -223,7 +260,7 @@ func (c *chunker) end(dst []byte, reason string, completion int, includeUsage bo
 			}
 			dst = c.tail(dst)
 			dst = append(dst, ',')
-			dst = appendUsage(dst, c.prompt, completion)
+			dst = c.usage(dst, completion)
 			dst = append(dst, '}')
 		} else {
 			dst = c.head(dst)
@@ -241,7 +278,7 @@ func (c *chunker) end(dst []byte, reason string, completion int, includeUsage bo
 		dst = append(dst, "data: "...)
 		dst = c.head(dst)
 		dst = append(dst, `,"choices":[],`...)
-		dst = appendUsage(dst, c.prompt, completion)
+		dst = c.usage(dst, completion)
 		dst = append(dst, "}\n\n"...)
 	}
 	return append(dst, "data: [DONE]\n\n"...)
@@ -277,7 +314,7 @@ func (c *chunker) whole(dst []byte, reason string, completion int) []byte {
 		} else {
 			dst = append(dst, `,"system_fingerprint":"kneecap-sim","object":"text_completion",`...)
 		}
-		dst = appendUsage(dst, c.prompt, completion)
+		dst = c.usage(dst, completion)
 		dst = append(dst, `,"id":"`...)
 		dst = append(dst, c.id...)
 		return append(dst, "\"}\n"...)
@@ -294,7 +331,7 @@ func (c *chunker) whole(dst []byte, reason string, completion int) []byte {
 		}
 		dst = appendFinish(dst, reason)
 		dst = append(dst, `,"matched_stop":null}],`...)
-		dst = appendUsageDetails(dst, c.prompt, completion)
+		dst = c.wholeUsage(dst, completion)
 		return append(dst, "}\n"...)
 	}
 	dst = c.wholeHead(dst)
@@ -324,11 +361,11 @@ func (c *chunker) whole(dst []byte, reason string, completion int) []byte {
 	dst = appendFinish(dst, reason)
 	if c.chat {
 		dst = append(dst, `,"stop_reason":null}],"service_tier":null,"system_fingerprint":null,`...)
-		dst = appendUsageDetails(dst, c.prompt, completion)
+		dst = c.wholeUsage(dst, completion)
 		return append(dst, `,"prompt_logprobs":null,"kv_transfer_params":null}`+"\n"...)
 	}
 	dst = append(dst, `,"stop_reason":null,"prompt_logprobs":null}],"service_tier":null,"system_fingerprint":null,`...)
-	dst = appendUsageDetails(dst, c.prompt, completion)
+	dst = c.wholeUsage(dst, completion)
 	return append(dst, `,"kv_transfer_params":null}`+"\n"...)
 }
 
@@ -347,9 +384,9 @@ func (c *chunker) wholeHead(dst []byte) []byte {
 	return append(dst, c.model...)
 }
 
-// appendUsageDetails appends usage as vLLM's non-streamed answer has it:
-// with prompt_tokens_details (null).
-func appendUsageDetails(dst []byte, prompt, completion int) []byte {
-	dst = appendUsage(dst, prompt, completion)
-	return append(dst[:len(dst)-1], `,"prompt_tokens_details":null}`...)
+// wholeUsage appends usage as vLLM's and SGLang's non-streamed answers
+// have it: with prompt_tokens_details (null without a prefix cache).
+func (c *chunker) wholeUsage(dst []byte, completion int) []byte {
+	dst = appendUsage(dst, c.prompt, completion)
+	return c.appendDetails(dst[:len(dst)-1])
 }

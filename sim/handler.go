@@ -90,7 +90,7 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "", "reading body: "+err.Error())
 		return
 	}
-	req, err := parseGen(body, chat, s.cfg.Profile)
+	req, err := parseGen(body, chat, s.cfg.Profile, s.block)
 	if err != nil {
 		wire.WriteError(w, http.StatusBadRequest, wire.TypeInvalidRequest, "", err.Error())
 		return
@@ -120,6 +120,9 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		reason = "length"
 	}
 	q := newSeq(req.prompt, d.outTokens, reason, arrival)
+	if q.hasher = req.hasher; q.hasher != nil {
+		q.blocks = q.hasher.out
+	}
 	if err := s.submit(q); err != nil {
 		wire.WriteError(w, http.StatusServiceUnavailable, wire.TypeUnavailable, "", err.Error())
 		return
@@ -129,7 +132,7 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		prefix = "chatcmpl-sim-"
 	}
 	c := &chunker{fl: s.flavor, chat: chat, id: prefix + strconv.FormatUint(d.id, 16),
-		created: arrival.Unix(), model: s.model, prompt: req.prompt, lp: -1, total: d.outTokens}
+		created: arrival.Unix(), model: s.model, prompt: req.prompt, lp: -1, total: d.outTokens, prefix: s.block > 0}
 	if s.flavor.name == FlavorVLLM { // the other flavours answer with text alone
 		c.lp, c.tool = req.logprobs, req.tool
 	}
@@ -150,6 +153,7 @@ func (s *Sim) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
+	c.cached = q.cached // set at admission, before the state Run stored
 	_, _ = w.Write(c.whole(nil, q.reason, q.maxOut))
 }
 
@@ -207,6 +211,7 @@ func (s *Sim) stream(w http.ResponseWriter, ctx context.Context, q *seq, c *chun
 				// sends it when the last output adds no text.
 				buf = c.tokens(c.startIf(buf, sent), n, n, q.reason)
 			}
+			c.cached = q.cached // set at admission, before the state Run stored
 			buf = c.end(buf, q.reason, n, includeUsage)
 		case stateAborted:
 			buf = append(buf, wire.ErrorEvent(wire.TypeUnavailable, "", "engine stopped")...)

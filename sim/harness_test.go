@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
@@ -101,6 +102,31 @@ func doRequest(ctx context.Context, h http.Handler, prompt, output int) result {
 	return rec.res
 }
 
+// doWhole sends one chat request that is not streamed and returns its
+// output tokens (from usage) and E2E; it costs the harness one body per
+// request instead of one chunk per token, for runs that measure only
+// throughput.
+func doWhole(ctx context.Context, h http.Handler, prompt, output int) result {
+	body := fmt.Sprintf(`{"model":"m","ignore_eos":true,"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`,
+		output, strings.Repeat("w ", prompt))
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/v1/chat/completions", strings.NewReader(body))
+	rec := &recorder{header: http.Header{}, start: time.Now()}
+	h.ServeHTTP(rec, req)
+	if rec.status != http.StatusOK {
+		return result{}
+	}
+	var v struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal(rec.body.Bytes(), &v); err != nil {
+		return result{}
+	}
+	d := time.Since(rec.start)
+	return result{ttft: d, e2e: d, out: v.Usage.CompletionTokens, ok: true}
+}
+
 // load describes one harness run: closed loop with users (all starting at
 // once, as vLLM's benchmark does), or open loop at rate (Poisson, seeded).
 type load struct {
@@ -109,6 +135,9 @@ type load struct {
 	requests int
 	work     Workload
 	seed     uint64
+	// whole sends requests that are not streamed (doWhole): throughput
+	// only, TTFT and TPOT are not measured.
+	whole bool
 }
 
 // summary is one row of a calibration table.
@@ -136,6 +165,10 @@ func runLoad(t testing.TB, cfg Config, l load) summary {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = s.Run(ctx) })
 	h := s.Handler()
+	do := doRequest
+	if l.whole {
+		do = doWhole
+	}
 	results := make([]result, 0, l.requests)
 	var mu sync.Mutex
 	record := func(r result) {
@@ -151,7 +184,7 @@ func runLoad(t testing.TB, cfg Config, l load) summary {
 			gap := time.Duration(rng.ExpFloat64() / l.rate * float64(time.Second) / scaleOf(cfg))
 			time.Sleep(gap)
 			prompt, output := l.work.Lengths(rng)
-			users.Go(func() { record(doRequest(ctx, h, prompt, output)) })
+			users.Go(func() { record(do(ctx, h, prompt, output)) })
 		}
 	} else {
 		// Each user has its own seeded generator and its share of the
@@ -165,7 +198,7 @@ func runLoad(t testing.TB, cfg Config, l load) summary {
 			users.Go(func() {
 				for range n {
 					prompt, output := l.work.Lengths(rng)
-					record(doRequest(ctx, h, prompt, output))
+					record(do(ctx, h, prompt, output))
 				}
 			})
 		}

@@ -36,6 +36,12 @@ type metrics struct {
 	ttft, itl, tpotLegacy, reqTPOT, e2e           prometheus.Observer
 	preemptions, promptTokens, genTokens          prometheus.Counter
 	success                                       *prometheus.CounterVec
+	// The prefix cache's (Profile.PrefixCaching): vLLM's counters of
+	// queried and hit prompt tokens, SGLang's hit rate of the last prefill
+	// batch; nil without one. seen are the totals already counted.
+	prefixQueries, prefixHits prometheus.Counter
+	hitRate                   prometheus.Gauge
+	seenQueries, seenHits     int64
 }
 
 func newMetrics(reg prometheus.Registerer, fl Flavor, p Profile) (*metrics, error) {
@@ -59,6 +65,15 @@ func newMetrics(reg prometheus.Registerer, fl Flavor, p Profile) (*metrics, erro
 		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels})
 		cs = append(cs, c)
 		return c
+	}
+	if p.PrefixCaching {
+		switch fl {
+		case FlavorVLLM:
+			m.prefixQueries = counter("vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.")
+			m.prefixHits = counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.")
+		case FlavorSGLang:
+			m.hitRate = gauge("sglang:cache_hit_rate", "The prefix cache hit rate.")
+		}
 	}
 	switch fl {
 	case FlavorSGLang:
@@ -122,8 +137,12 @@ func (m *metrics) gauges(e *engine) {
 	m.running.Set(float64(len(e.running)))
 	m.waiting.Set(float64(e.numWaiting()))
 	used := e.kvUsed
+	if e.pc != nil {
+		used += e.pc.pinned
+		m.prefix(e.pc)
+	}
 	if m.flavor == FlavorLlamaCpp {
-		used += e.cached
+		used += e.cachedTokens()
 	}
 	u := min(float64(used)/float64(m.capacity), 1)
 	m.kvUsage.Set(u)
@@ -132,6 +151,18 @@ func (m *metrics) gauges(e *engine) {
 	}
 	if m.kvTokens != nil {
 		m.kvTokens.Set(float64(used))
+	}
+}
+
+// prefix publishes the prefix cache's counts.
+func (m *metrics) prefix(c *prefixCache) {
+	if m.prefixQueries != nil {
+		m.prefixQueries.Add(float64(c.queries - m.seenQueries))
+		m.prefixHits.Add(float64(c.hits - m.seenHits))
+		m.seenQueries, m.seenHits = c.queries, c.hits
+	}
+	if m.hitRate != nil && c.stepQueries > 0 {
+		m.hitRate.Set(float64(c.stepHits) / float64(c.stepQueries))
 	}
 }
 

@@ -26,13 +26,28 @@ import (
 
 var overhead = flag.Bool("overhead", false, "run the 1000-stream overhead measurement (about a minute)")
 
-func BenchmarkStep1000(b *testing.B) {
+func BenchmarkStep1000(b *testing.B) { benchSteps(b, false) }
+
+// BenchmarkStep1000Prefix is BenchmarkStep1000 with the prefix cache on:
+// every token is hashed, every 16th completes a block that is cached.
+func BenchmarkStep1000Prefix(b *testing.B) { benchSteps(b, true) }
+
+func benchSteps(b *testing.B, prefix bool) {
 	p := GB10BF16
 	p.KVCacheTokens = 1 << 40 // never preempt: measure 1000 decoding sequences
 	e := newEngine(p, nil)
+	if prefix {
+		e.pc = newPrefixCache(16)
+	}
 	now := time.Unix(0, 0)
-	for range 1000 {
-		e.add(newSeq(1000, 1<<30, "length", now))
+	for i := range 1000 {
+		s := newSeq(1000, 1<<30, "length", now)
+		if prefix {
+			s.hasher = newPrefixHasher(16)
+			countWords(fmt.Sprintf("user%d", i)+strings.Repeat(" w", 999), s.hasher)
+			s.blocks = s.hasher.out
+		}
+		e.add(s)
 	}
 	for e.numWaiting() > 0 || e.running[len(e.running)-1].generated == 0 {
 		e.schedule()

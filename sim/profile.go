@@ -71,6 +71,25 @@ type Profile struct {
 	// to PrefixCacheTokens, beside KVCacheTokens).
 	UnifiedCache bool
 
+	// PrefixCaching turns on the hashed prefix cache of vLLM (automatic
+	// prefix caching) and SGLang (RadixAttention): each full block of
+	// PrefixBlockTokens prompt tokens is named by a hash of the prompt up
+	// to its end; a block a running sequence computed is held while it
+	// runs and stays cached after it ends, within KVCacheTokens, until
+	// running sequences need the room (the block freed longest ago goes
+	// first). A new request skips the prefill of its longest cached
+	// prefix (at least one token is computed) and reports those tokens
+	// (usage's prompt_tokens_details.cached_tokens; llama.cpp's
+	// timings.cache_n). With UnifiedCache it is llama.cpp's instead: a
+	// request takes the idle slot whose previous prompt shares the longest
+	// prefix with its own (more than a tenth of it) and reuses those
+	// cells. Off by default, as every calibration was made without it.
+	PrefixCaching bool
+	// PrefixBlockTokens is the block size; 0 means the flavour's: 16
+	// (vLLM's default), 4 for sglang (its radix tree matches single
+	// tokens), 16 for llamacpp.
+	PrefixBlockTokens int
+
 	// MeanOutputTokens is the mean of the output length drawn (exponential,
 	// seeded, capped by max_tokens, at least 1) when a request does not set
 	// ignore_eos.
@@ -94,6 +113,8 @@ func (p Profile) Validate() error {
 		return errors.New("a step must take some time: step_base + step_per_seq > 0")
 	case p.PrefixCacheTokens < 0:
 		return errors.New("prefix_cache_tokens must not be negative")
+	case p.PrefixBlockTokens < 0:
+		return errors.New("prefix_block_tokens must not be negative")
 	case p.MeanOutputTokens < 1:
 		return errors.New("mean_output_tokens must be at least 1")
 	}
@@ -115,7 +136,7 @@ func (p Profile) CachedStepTime(seqs, kvTokens, prefillTokens, cached int) time.
 }
 
 // The built-in profiles. Their parameters and how they were fitted are in
-// docs/sim.md; the calibration test (calibrate_test.go) checks them against
+// docs/sim-calibration.md; the calibration test (calibrate_test.go) checks them against
 // the brief's measurements.
 var (
 	// GB10BF16 is Qwen3-30B-A3B in BF16 on an NVIDIA GB10 (the brief's
@@ -150,6 +171,36 @@ var (
 		StepPerKVToken: 437 * time.Nanosecond, StepPerPrefillToken: 250 * time.Microsecond,
 		MeanOutputTokens: 256,
 	}
+	// H1008B is Llama 3.1 8B in BF16 on one H100 80GB under vLLM: a step
+	// reads 16 GB of weights at 3.35 TB/s (4.8 ms; 7 ms with the engine's
+	// own work per step), each running sequence adds its sampling and
+	// scheduling (60 us) and its KV cache (128 KiB per token: 15 ns per
+	// token at about 8.7 TB/s, FlashInfer's paged reads), and a prompt
+	// token costs 16 GFLOP (30 us at about half the dense BF16 peak). At
+	// 1024 sequences of about 400 tokens of context a step takes 75 ms:
+	// about 12,000 output tokens/s with their prefills, the published
+	// figure of about 12,500. docs/sim-calibration.md gives the sources.
+	H1008B = Profile{
+		Name: "h100-8b", Model: "meta-llama/Llama-3.1-8B-Instruct",
+		MaxNumSeqs: 1024, KVCacheTokens: 600_000, MaxBatchedTokens: 8192, MaxModelLen: 16384,
+		StepBase: 7 * time.Millisecond, StepPerSeq: 60 * time.Microsecond,
+		StepPerKVToken: 15 * time.Nanosecond, StepPerPrefillToken: 30 * time.Microsecond,
+		MeanOutputTokens: 256,
+	}
+	// H100x470B is Llama 3.1 70B in BF16 on four H100 80GB with tensor
+	// parallelism 4 under vLLM: 141 GB of weights, 35 GB a GPU (10.5 ms
+	// at 3.35 TB/s; 17 ms with the all-reduces of 80 layers, fitted to a
+	// measured TPOT), 320 KiB of KV per token spread over the four (40
+	// ns), 140 GFLOP per prompt token over four GPUs (90 us, fitted to a
+	// measured TTFT), and what 288 GB at 0.9 utilization leaves for KV
+	// after the weights: 460,000 tokens.
+	H100x470B = Profile{
+		Name: "h100x4-70b", Model: "meta-llama/Llama-3.1-70B-Instruct",
+		MaxNumSeqs: 1024, KVCacheTokens: 460_000, MaxBatchedTokens: 8192, MaxModelLen: 16384,
+		StepBase: 17 * time.Millisecond, StepPerSeq: 100 * time.Microsecond,
+		StepPerKVToken: 40 * time.Nanosecond, StepPerPrefillToken: 90 * time.Microsecond,
+		MeanOutputTokens: 256,
+	}
 	// Tiny is a fast engine for unit tests: 1 ms steps, 8 sequences.
 	Tiny = Profile{
 		Name: "tiny", Model: "kneecap/tiny",
@@ -164,7 +215,7 @@ var (
 // call; changing it changes nothing else.
 func Profiles() map[string]Profile {
 	m := map[string]Profile{}
-	for _, p := range []Profile{GB10BF16, GB10FP8, L48B, Tiny} {
+	for _, p := range []Profile{GB10BF16, GB10FP8, L48B, H1008B, H100x470B, Tiny} {
 		m[p.Name] = p
 	}
 	return m
@@ -274,6 +325,6 @@ var (
 	// SecondWorkload is the workload this simulator documents for the
 	// brief's second table (targets TTFT 1 s, TPOT 100 ms): long prompts
 	// and short answers, 4000 +/- 20 % prompt and 128 +/- 20 % output
-	// tokens. See docs/sim.md.
+	// tokens. See docs/sim-calibration.md.
 	SecondWorkload = Workload{PromptTokens: 4000, OutputTokens: 128, RangeRatio: 0.2}
 )

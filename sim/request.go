@@ -34,17 +34,26 @@ type genRequest struct {
 }
 
 // countWords counts whitespace-separated words: the simulator's tokenizer.
-func countWords(s string) int {
-	n, in := 0, false
-	for i := 0; i < len(s); i++ {
-		switch s[i] {
-		case ' ', '\t', '\n', '\r', '\v', '\f':
-			in = false
-		default:
-			if !in {
-				n++
+// With h it also feeds each word to the prefix hasher.
+func countWords(s string, h *prefixHasher) int {
+	n, start := 0, -1
+	for i := 0; i <= len(s); i++ {
+		space := i == len(s)
+		if !space {
+			switch s[i] {
+			case ' ', '\t', '\n', '\r', '\v', '\f':
+				space = true
 			}
-			in = true
+		}
+		switch {
+		case !space && start < 0:
+			start = i
+			n++
+		case space && start >= 0:
+			if h != nil {
+				h.word(s[start:i])
+			}
+			start = -1
 		}
 	}
 	return n
@@ -52,13 +61,13 @@ func countWords(s string) int {
 
 // contentWords counts the words of a chat message's content: a string, or
 // an array of parts whose "text" fields count.
-func contentWords(raw json.RawMessage) (int, error) {
+func contentWords(raw json.RawMessage, h *prefixHasher) (int, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, nil
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return countWords(s), nil
+		return countWords(s, h), nil
 	}
 	var parts []struct {
 		Text string `json:"text"`
@@ -68,32 +77,42 @@ func contentWords(raw json.RawMessage) (int, error) {
 	}
 	n := 0
 	for _, p := range parts {
-		n += countWords(p.Text)
+		n += countWords(p.Text, h)
 	}
 	return n, nil
 }
 
+// idTokens counts token IDs and feeds them to h.
+func idTokens(ids []int, h *prefixHasher) int {
+	if h != nil {
+		for _, id := range ids {
+			h.token(uint64(id))
+		}
+	}
+	return len(ids)
+}
+
 // promptTokens counts a completion prompt: a string counts its words, an
 // array of token IDs its length; a batch of one of either is accepted.
-func promptTokens(raw json.RawMessage) (int, error) {
+func promptTokens(raw json.RawMessage, h *prefixHasher) (int, error) {
 	if len(raw) == 0 || string(raw) == "null" {
 		return 0, errors.New("prompt is required")
 	}
 	var s string
 	if err := json.Unmarshal(raw, &s); err == nil {
-		return countWords(s), nil
+		return countWords(s, h), nil
 	}
 	var ids []int
 	if err := json.Unmarshal(raw, &ids); err == nil {
-		return len(ids), nil
+		return idTokens(ids, h), nil
 	}
 	var strs []string
 	if err := json.Unmarshal(raw, &strs); err == nil && len(strs) == 1 {
-		return countWords(strs[0]), nil
+		return countWords(strs[0], h), nil
 	}
 	var idLists [][]int
 	if err := json.Unmarshal(raw, &idLists); err == nil && len(idLists) == 1 {
-		return len(idLists[0]), nil
+		return idTokens(idLists[0], h), nil
 	}
 	return 0, errors.New("prompt must be a string or an array of token IDs (batches are not supported)")
 }
@@ -110,11 +129,15 @@ type parsed struct {
 	// the first tool, or a named function), "" for text.
 	logprobs int
 	tool     string
+	// hasher has named the prompt's full blocks for the prefix cache (and
+	// goes on with the answer's); nil when it is off.
+	hasher *prefixHasher
 }
 
 // parseGen reads and validates a request against the profile's limits, as
-// vLLM does: the prompt plus max_tokens must fit max_model_len.
-func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
+// vLLM does: the prompt plus max_tokens must fit max_model_len. With block
+// > 0 it names the prompt's full blocks of that many tokens.
+func parseGen(body []byte, chat bool, p Profile, block int) (parsed, error) {
 	var r genRequest
 	if err := json.Unmarshal(body, &r); err != nil {
 		return parsed{}, fmt.Errorf("invalid JSON body: %w", err)
@@ -127,19 +150,23 @@ func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
 		return parsed{}, err
 	}
 	out.includeUsage = r.StreamOptions != nil && r.StreamOptions.IncludeUsage
+	var h *prefixHasher
+	if block > 0 {
+		h = newPrefixHasher(block)
+	}
 	if chat {
 		if len(r.Messages) == 0 {
 			return parsed{}, errors.New("messages must be a non-empty array")
 		}
 		for _, m := range r.Messages {
-			n, err := contentWords(m.Content)
+			n, err := contentWords(m.Content, h)
 			if err != nil {
 				return parsed{}, err
 			}
 			out.prompt += n
 		}
 	} else {
-		n, err := promptTokens(r.Prompt)
+		n, err := promptTokens(r.Prompt, h)
 		if err != nil {
 			return parsed{}, err
 		}
@@ -147,6 +174,7 @@ func parseGen(body []byte, chat bool, p Profile) (parsed, error) {
 	}
 	// An empty prompt still costs the engine a token (BOS).
 	out.prompt = max(out.prompt, 1)
+	out.hasher = h
 	if out.prompt >= p.MaxModelLen {
 		return parsed{}, fmt.Errorf("this model's maximum context length is %d tokens, but the prompt has %d", p.MaxModelLen, out.prompt)
 	}

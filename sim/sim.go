@@ -86,6 +86,8 @@ type Sim struct {
 	log     *slog.Logger
 	reg     *prometheus.Registry
 	metrics *metrics
+	// block is the prefix cache's block size in tokens; 0 when it is off.
+	block int
 
 	mu         sync.Mutex
 	eng        *engine
@@ -146,6 +148,15 @@ func New(cfg Config) (*Sim, error) {
 		return nil, err
 	}
 	s.eng = newEngine(cfg.Profile, s.metrics)
+	if cfg.Profile.PrefixCaching {
+		if s.block = cfg.Profile.PrefixBlockTokens; s.block == 0 {
+			s.block = fl.prefixBlock
+		}
+		s.eng.block = s.block
+		if !cfg.Profile.UnifiedCache {
+			s.eng.pc = newPrefixCache(s.block)
+		}
+	}
 	s.eng.stagger = max(cfg.Stagger, 0)
 	return s, nil
 }
@@ -169,8 +180,8 @@ type Stats struct {
 	Running, Waiting int
 	KVCacheTokens    int // in use by running sequences
 	// CachedTokens are the prefix cache's resident tokens of sequences
-	// that ended (Profile.PrefixCacheTokens): what slows every step and
-	// what no gateway sees.
+	// that ended: Profile.PrefixCacheTokens' (what slows every step and
+	// what no gateway sees) and the free blocks of Profile.PrefixCaching.
 	CachedTokens int
 	Steps        int64
 	Preemptions  int64
@@ -182,11 +193,12 @@ func (s *Sim) Stats() Stats {
 	defer s.mu.Unlock()
 	return Stats{
 		Running: len(s.eng.running), Waiting: s.eng.numWaiting(), KVCacheTokens: s.eng.kvUsed,
-		CachedTokens: s.eng.cached, Steps: s.eng.steps, Preemptions: s.eng.preemptions,
+		CachedTokens: s.eng.cachedTokens(), Steps: s.eng.steps, Preemptions: s.eng.preemptions,
 	}
 }
 
-// FlushCache drops every cached token of sequences that ended, as
+// FlushCache drops every cached token of sequences that ended (the
+// hashed prefix cache's free blocks included), as
 // llama.cpp's POST /slots/{id}?action=erase on every slot, SGLang's
 // /flush_cache or vLLM's /reset_prefix_cache do, and returns how many there
 // were. From the next step on the engine is as fast as a fresh one, until

@@ -168,11 +168,11 @@ func TestPromptCounting(t *testing.T) {
 	}{
 		{`"one two  three\nfour"`, 4}, {`[5, 6, 7]`, 3}, {`["a b c"]`, 3}, {`[[1,2]]`, 2}, {`""`, 0},
 	} {
-		if got, err := promptTokens([]byte(tt.raw)); err != nil || got != tt.want {
+		if got, err := promptTokens([]byte(tt.raw), nil); err != nil || got != tt.want {
 			t.Errorf("promptTokens(%s) = %d, %v; want %d", tt.raw, got, err, tt.want)
 		}
 	}
-	n, err := contentWords([]byte(`[{"type":"text","text":"a b"},{"type":"text","text":"c"}]`))
+	n, err := contentWords([]byte(`[{"type":"text","text":"a b"},{"type":"text","text":"c"}]`), nil)
 	if err != nil || n != 3 {
 		t.Errorf("contentWords(parts) = %d, %v", n, err)
 	}

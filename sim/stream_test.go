@@ -172,7 +172,7 @@ func TestOpenAIClientReadsStreams(t *testing.T) {
 					text.WriteString(c.Text)
 				}
 			}
-			if err := cs.Err(); err != nil || countWords(text.String()) != 4 {
+			if err := cs.Err(); err != nil || countWords(text.String(), nil) != 4 {
 				t.Fatalf("completions stream: %q, %v", text.String(), err)
 			}
 		})

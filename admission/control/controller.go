@@ -59,6 +59,9 @@ type ControllerConfig struct {
 	// of the engine's costs in tokens is still learned (and shown), but
 	// not handed to the limiter (KNEECAP_TOKEN_BUDGET=false).
 	NoTokenBudget bool
+	// Prior, when set and valid, seeds the token model with costs a
+	// previous controller learnt on the same engine (a state file).
+	Prior *Prior
 }
 
 func (c ControllerConfig) withDefaults() ControllerConfig {
@@ -268,6 +271,12 @@ type Controller struct {
 	bounded    decayed  // the share of decisions that saw a bounded or short tenant, over shortMemory
 	boundedNow bool     // the last decision saw one
 	smooth     perLevel // each plateau level's goodput averaged over leftMemory (noteLeft)
+	ramp       ramp     // the slow start (controller_ramp.go)
+	// engineSeen is set by the first reading of the engine's metrics, and
+	// engineRunning is what it ran then (see startFromEngine).
+	engineSeen    bool
+	engineRunning int
+	startChecked  bool
 }
 
 // NewController returns a controller at cfg.InitialCap. It starts nothing.
@@ -304,6 +313,10 @@ func NewController(cfg ControllerConfig) *Controller {
 	if cfg.Fixed {
 		c.reason = "fixed by the operator"
 	}
+	if p := cfg.Prior; p != nil && p.Valid() {
+		c.tok.seed(*p)
+	}
+	c.startRamp()
 	return c
 }
 

@@ -214,7 +214,12 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	if c.boundByEngine(now) || c.boundByBudget(now, load) {
+		c.endRamp(now, c.reason)
 		c.noteLoad(now, load)
+		c.changedAt = now
+		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+	}
+	if c.startFromEngine(now) {
 		c.changedAt = now
 		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 	}
@@ -247,9 +252,23 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	settled := now.Sub(c.changedAt) >= settleTime
 	walk := false // a step towards the plateau's left edge, or one level up from it
 	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
+	c.noteRamp(now, load, c.cfg.Interval)
+	double := 0 // the ramp's doubling (controller_ramp.go)
+	if settled && demand && !missing {
+		double = c.rampDouble(now, load, pl.classes)
+	}
 	switch {
 	case !settled:
 		return Decision{Cap: c.cap, Reason: c.reason}
+	case double > c.cap:
+		c.cap, c.ramp.toward = double, double
+		p := c.predict(c.cap)
+		how := fmt.Sprintf("doubling: within %.0f %% of the targets", 100*rampMargin)
+		if c.ramp.narrow {
+			how = "by a quarter: within the targets, not their margin"
+		}
+		c.reason = fmt.Sprintf("ramp %d->%d: %d ran at once; at %d predicted P%.0f TPOT %s, engine TTFT %s; %s",
+			old, c.cap, load.PeakRunning, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), how)
 	case pl.target < c.cap && missing && load.PeakRunning > pl.target && !c.lightLoad(float64(pl.target)) && pl.gT >= (1-goodputSlack)*pl.gCap:
 		step := 1
 		if pl.aCap < c.cfg.Percentile-bigViolation {
@@ -266,19 +285,7 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
 			old, c.cap, pl.gCap, old, pl.gT, pl.target)
 	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)) && c.mayLeaveLeft(pl):
-		// A level barred for missing P may still be chosen for goodput.
-		c.cap = max(old, min(pl.target, c.cap+max(1, int(float64(c.cap)*raiseStep)), c.engineBound(now), c.usefulCap()))
-		for n := old + 2; n <= c.cap && !pl.over; n++ {
-			if !c.mayRaiseTo(now, n) {
-				c.cap = n - 1
-				break
-			}
-		}
-		if c.walked || c.tenantBounded() {
-			// From the left edge, one level at a time: the measured
-			// goodput that allowed the raise is one level's.
-			c.cap = min(c.cap, old+1)
-		}
+		c.cap = c.raiseTo(now, pl)
 		c.reason = c.raiseReason(old, pl, "")
 	case demand && pl.up >= c.cap && c.cap < c.engineBound(now) && c.shouldProbe(now):
 		f := c.probes[old]
@@ -301,6 +308,9 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 	}
 	if c.cap == old { // a raise the engine's own limit took back
 		return Decision{Cap: c.cap, Reason: c.reason}
+	}
+	if c.cap < old {
+		c.endRamp(now, c.reason)
 	}
 	c.walked = walk
 	c.fairWalk = walk && c.cap < c.plat.left
@@ -383,6 +393,28 @@ const shiftEvidence = time.Minute
 // there: the spread of TPOT around the step time is itself learnt from
 // finished requests, which a change of the cap disturbs.
 const tpotEvidence = 1.25
+
+// raiseTo is the level a raise towards the plan's target moves the cap
+// to, from Decide or from a request that would queue (raiseOnDemand): by
+// a quarter of the cap at most (at least one), within the engine's limit
+// and usefulCap, below the first level barred by a recent failure (a
+// level barred for missing P may still be chosen for goodput), and by one
+// from the plateau's left edge (the measured goodput that allowed the
+// raise is one level's).
+func (c *Controller) raiseTo(now time.Time, pl plan) int {
+	old := c.cap
+	n := max(old, min(pl.target, old+max(1, int(float64(old)*raiseStep)), c.engineBound(now), c.usefulCap()))
+	for k := old + 2; k <= n && !pl.over; k++ {
+		if !c.mayRaiseTo(now, k) {
+			n = k - 1
+			break
+		}
+	}
+	if c.walked || c.tenantBounded() {
+		n = min(n, old+1)
+	}
+	return n
+}
 
 func (c *Controller) raiseReason(old int, pl plan, how string) string {
 	p := c.predict(c.cap)

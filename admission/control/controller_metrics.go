@@ -24,6 +24,8 @@ type controllerMetrics struct {
 	prefillToken, prefillSteps, stepLimit prometheus.Gauge
 	step                                  *prometheus.GaugeVec
 	plateau                               *prometheus.GaugeVec // the plateau's levels (see controller_plateau.go)
+	// the ramp (see controller_ramp.go)
+	ramping, rampToward, rampRefused, rampIdle prometheus.Gauge
 }
 
 func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error) {
@@ -58,6 +60,10 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 			Name: "kneecap_controller_plateau_level",
 			Help: "The plateau of the goodput curve: its first and last level (from, to), with goodput within 3 % of the best, its left edge (left_edge), the lowest level within 1 % of the best, and its fair edge (fair_edge), the lowest within 3 %, where the cap walks for a tenant held below its share by its own demand; 0: no plateau.",
 		}, []string{"edge"}),
+		ramping:     g("ramping", "1 while the cap ramps from where the gateway started (doubling, then by quarters, while the targets hold), 0 once it ended."),
+		rampToward:  g("ramp_toward", "The level of the ramp's last raise (0: none yet)."),
+		rampRefused: g("ramp_refused", "Requests refused while the cap ramped: what the ramp cost in refusals."),
+		rampIdle:    g("ramp_idle_slot_seconds", "Slot time left idle while demand waited during the ramp, in seconds of one slot."),
 	}
 	m.changes.WithLabelValues("raise")
 	m.changes.WithLabelValues("lower")
@@ -70,7 +76,8 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.cap, m.changes, m.shifts, m.deadline,
 			m.predTPOT, m.predTTFT, m.predWait, m.gapA, m.gapB, m.attain, m.prefills,
-			m.prefillToken, m.prefillSteps, m.stepLimit, m.step, m.plateau} {
+			m.prefillToken, m.prefillSteps, m.stepLimit, m.step, m.plateau,
+			m.ramping, m.rampToward, m.rampRefused, m.rampIdle} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -114,4 +121,8 @@ func (m *controllerMetrics) observe(c *Controller, now time.Time) {
 	m.plateau.WithLabelValues("to").Set(float64(c.plat.to))
 	m.plateau.WithLabelValues("left_edge").Set(float64(c.plat.left))
 	m.plateau.WithLabelValues("fair_edge").Set(float64(c.plat.fairLeft))
+	m.ramping.Set(indicator(c.ramp.on))
+	m.rampToward.Set(float64(c.ramp.toward))
+	m.rampRefused.Set(float64(c.ramp.refused))
+	m.rampIdle.Set(c.ramp.idle)
 }

@@ -66,6 +66,9 @@ func (c *Controller) ObserveEngine(now time.Time, r EngineReading, running, resi
 		c.tok.observeEngineKV(now, r.KVTokens, resident)
 	}
 	c.limit.observe(now, r, running)
+	if !c.engineSeen && finite(r.Running) {
+		c.engineSeen, c.engineRunning = true, int(math.Round(r.Running))
+	}
 }
 
 // detectShift checks both latencies at the level the cap holds.

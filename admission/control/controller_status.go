@@ -66,6 +66,10 @@ type ControllerStatus struct {
 	// the best, as the last decision saw it; nil: none (no model yet, or
 	// no level meets the targets at the percentile).
 	Plateau *PlateauStatus `json:"plateau,omitempty"`
+	// Ramp is the slow start from where the gateway started: whether the
+	// cap is still ramping, toward what, and what the ramp cost
+	// (controller_ramp.go).
+	Ramp RampStatus `json:"ramp"`
 	// Levels are at most maxStatusLevels (64) levels around the cap (see
 	// Status); LevelsOmitted counts the others that would have been listed.
 	Levels        []LevelStatus `json:"levels"`
@@ -179,6 +183,7 @@ func (c *Controller) Status(now time.Time) ControllerStatus {
 			Best: Float(p.best), Noise: Float(p.noise)}
 	}
 	st.Tokens = c.tokenStatus()
+	st.Ramp = c.rampStatus(now)
 	if w, ok := c.PredictWait(now, 0); ok {
 		st.PredictedWait = Float(w.Seconds())
 	}

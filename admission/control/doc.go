@@ -22,7 +22,10 @@
 //     plan weighs it; controller_plateau.go: the plateau of the goodput
 //     curve that /status reports and the walk to its left edge;
 //     controller_memory.go: what decisions remember between them (failed
-//     levels, probes, demand).
+//     levels, probes, demand); controller_ramp.go: the ramp from where the
+//     controller starts (doubling while the targets hold with margin, then
+//     by quarters), the start from the engine's running count, and the
+//     [Prior] a state file gives a controller (the engine's token costs).
 //   - model*.go: the latency model: per-level forgotten means and fitted
 //     curves of the chunk gap and engine TTFT, the spreads, level-local
 //     quantiles, shift detection; model_table.go: the per-level predictions.

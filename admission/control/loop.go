@@ -153,6 +153,13 @@ func NewLoop(cfg LoopConfig) (*Loop, error) {
 	r.l.SetLimit(r.c.Cap())
 	r.pacing = r.c.PrefillLimit()
 	r.l.SetPacing(r.pacing, r.c.Config().TTFT)
+	// A controller started from a Prior knows the engine's costs now: the
+	// budget holds from the first request, not from the first decision.
+	c := r.c
+	c.refresh(time.Time{})
+	if r.costs = c.Costs(); r.costs != (admission.Costs{}) {
+		r.l.SetCosts(r.costs)
+	}
 	r.metrics.cap.Set(float64(r.c.Cap()))
 	return r, nil
 }
@@ -379,4 +386,24 @@ func (r *Loop) Status() any {
 	r.lock()
 	defer r.mu.Unlock()
 	return r.c.Status(time.Now())
+}
+
+// Snapshot is what the controller learnt, in brief: the cap, the fitted
+// mean model (time per output chunk and engine TTFT, a + b x running, in
+// seconds) and the last reason.
+type Snapshot struct {
+	Cap                      int
+	GapA, GapB, TTFTA, TTFTB float64
+	Reason                   string
+	// Prior is the engine's costs in tokens as learnt, for a controller
+	// that starts from them (ControllerConfig.Prior).
+	Prior Prior
+}
+
+// Snapshot returns what the controller learnt, for a state file.
+func (r *Loop) Snapshot() Snapshot {
+	r.lock()
+	defer r.mu.Unlock()
+	c := r.c
+	return Snapshot{Cap: c.cap, GapA: c.gap.a, GapB: c.gap.b, TTFTA: c.ttft.a, TTFTB: c.ttft.b, Reason: c.reason, Prior: c.prior()}
 }

@@ -363,9 +363,14 @@ func (c *Controller) PrefillLimit() int {
 
 const maxPrefills = 64
 
-// raiseOnDemand raises the cap by one if the model supports it.
+// raiseOnDemand raises the cap for a request that would queue, as Decide
+// would (raiseTo: by up to a quarter), if the model supports it; not while
+// the ramp is on (Decide doubles the cap then, and a raise here would hold
+// its doubling back by settleTime). By one only, it held a climb to one
+// level every settleTime in real time, where a request arrives before
+// each decision (1 to 192 in six minutes).
 func (c *Controller) raiseOnDemand(now time.Time) bool {
-	if c.cfg.Fixed || !c.tab.ok || c.cap >= min(c.engineBound(now), c.usefulCap()) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
+	if c.cfg.Fixed || !c.tab.ok || c.ramp.on || c.cap >= min(c.engineBound(now), c.usefulCap()) || now.Sub(c.changedAt) < settleTime || !c.mayRaiseTo(now, c.cap+1) {
 		return false
 	}
 	pl := c.plan(now)
@@ -373,7 +378,9 @@ func (c *Controller) raiseOnDemand(now time.Time) bool {
 		return false
 	}
 	old := c.cap
-	c.cap++
+	if c.cap = c.raiseTo(now, pl); c.cap == old {
+		return false
+	}
 	c.changedAt = now // from the left edge (walked), still one level at a time
 	c.reason = c.raiseReason(old, pl, " on demand")
 	return true

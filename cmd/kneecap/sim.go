@@ -40,6 +40,8 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	perKV := fs.Duration("step-per-kv-token", 0, "override: cost per KV-cache token attended in a step")
 	perPrefill := fs.Duration("step-per-prefill-token", 0, "override: cost per prompt token prefilled in a step")
 	meanOut := fs.Int("mean-output-tokens", 0, "override: mean output length without ignore_eos")
+	prefixCaching := fs.Bool("prefix-caching", false, "keep prompts' blocks and skip the prefill of a cached prefix (vLLM's automatic prefix caching, SGLang's radix cache)")
+	prefixBlock := fs.Int("prefix-block-tokens", 0, "override: the prefix cache's block size (0: the flavour's, 16 or 4 for sglang)")
 	var f sim.Faults
 	fs.Float64Var(&f.ErrorRate, "fault-error-rate", 0, "share of requests answered with HTTP 500")
 	fs.Float64Var(&f.CutRate, "fault-cut-rate", 0, "share of streams cut mid-way")
@@ -78,6 +80,10 @@ func runSim(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			p.StepPerPrefillToken = *perPrefill
 		case "mean-output-tokens":
 			p.MeanOutputTokens = *meanOut
+		case "prefix-caching":
+			p.PrefixCaching = *prefixCaching
+		case "prefix-block-tokens":
+			p.PrefixBlockTokens = *prefixBlock
 		}
 	})
 	if *scale <= 0 {

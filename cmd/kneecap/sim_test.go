@@ -14,6 +14,7 @@ func TestSimBadFlagsExit2(t *testing.T) {
 		{"sim", "--time-scale", "0"},
 		{"sim", "--max-num-seqs", "0"},
 		{"sim", "--fault-error-rate", "2"},
+		{"sim", "--prefix-caching", "--prefix-block-tokens", "-1"},
 		{"sim", "extra"},
 	} {
 		var out, errb bytes.Buffer
