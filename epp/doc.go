@@ -8,9 +8,9 @@
 // # Overview
 //
 //   - pods_test.go: a pod as the InferencePool has it, live on 127.0.0.1: a
-//     simulated vLLM engine (package sim) and kneecap's gateway in front
-//     of it, built by gateway.ConfigFromEnv and gateway.New as `kneecap
-//     serve` builds it.
+//     simulated vLLM engine (package sim), or any engine handler, and
+//     kneecap's gateway in front of it, built by gateway.ConfigFromEnv and
+//     gateway.New as `kneecap serve` builds it.
 //   - picker_test.go: the picker's metrics data source and core metrics
 //     extractor, built by the picker's own factories from the
 //     EndpointPickerConfig in deploy/inferencepool/epp.yaml, its legacy
@@ -20,6 +20,9 @@
 //     and utilization detector (saturation and filter) then judge them: a
 //     pod whose kneecap queues reads as waiting, a pod whose kneecap
 //     refuses as saturated, and the scorer prefers the pod that is not.
+//   - engine_test.go: kneecap in front of an engine with LoRA on (its
+//     /metrics as vLLM writes it): the engine's KV usage, LoRA adapters
+//     and cache geometry reach the picker's reading, the same three ways.
 //   - manifests_test.go: every manifest under deploy/inferencepool decodes
 //     strictly into its published Go type (Kubernetes', the InferencePool's,
 //     the Gateway API's, and the EndpointPickerConfig through the picker's

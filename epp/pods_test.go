@@ -30,23 +30,32 @@ type pod struct {
 }
 
 // startPod starts a pod whose kneecap reads environ (KNEECAP_UPSTREAM is
-// the engine's); the test's end stops it.
+// the engine's), in front of a simulated vLLM engine; the test's end stops
+// it.
 func startPod(t *testing.T, name string, environ ...string) *pod {
 	t.Helper()
-	quiet := slog.New(slog.DiscardHandler)
 	profile, err := sim.LookupProfile("gb10-fp8")
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, err := sim.New(sim.Config{Profile: profile, Flavor: sim.FlavorVLLM, Seed: 1, Registry: prometheus.NewRegistry(), Logger: quiet})
+	engine, err := sim.New(sim.Config{Profile: profile, Flavor: sim.FlavorVLLM, Seed: 1, Registry: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
 	bg.Go(func() { _ = engine.Run(ctx) })
-	engineSrv := httptest.NewServer(engine.Handler())
+	t.Cleanup(func() { cancel(); bg.Wait() }) // after the gateway's cleanup below
+	return startKneecap(t, name, engine.Handler(), environ...)
+}
 
+// startKneecap starts kneecap, built from environ by gateway.ConfigFromEnv
+// and gateway.New as `kneecap serve` builds it, in front of an engine
+// served by engine; the test's end stops both.
+func startKneecap(t *testing.T, name string, engine http.Handler, environ ...string) *pod {
+	t.Helper()
+	engineSrv := httptest.NewServer(engine)
 	cfg, err := gateway.ConfigFromEnv(append([]string{"KNEECAP_UPSTREAM=" + engineSrv.URL}, environ...))
 	if err != nil {
 		t.Fatal(err)
@@ -59,10 +68,12 @@ func startPod(t *testing.T, name string, environ ...string) *pod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithLogger(quiet), gateway.WithRegistry(prometheus.NewRegistry()))
+	g, err := gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithLogger(slog.New(slog.DiscardHandler)),
+		gateway.WithRegistry(prometheus.NewRegistry()))
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
 	go func() { runErr <- g.Run(ctx) }()
 	p := &pod{name: name, g: g, traffic: tl.Addr().String(), admin: al.Addr().String(), ctx: ctx}
@@ -73,7 +84,6 @@ func startPod(t *testing.T, name string, environ ...string) *pod {
 			t.Errorf("%s: gateway: %v", name, err)
 		}
 		engineSrv.Close()
-		bg.Wait()
 	})
 	waitReady(t, "http://"+p.admin+"/readyz")
 	return p
