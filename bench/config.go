@@ -291,6 +291,15 @@ type Config struct {
 	// the time since the level started (for on/off bursts and the like). A
 	// negative gap ends the level's arrivals.
 	Interarrival func(r *rand.Rand, rate float64, elapsed time.Duration) time.Duration
+	// CapURL, when set, is the gateway's /status (its admin port), read
+	// about once a second for its cap ("limit") while a level runs, with
+	// Client: Level.Caps, drawn over time by the timeline (Level.Timeline).
+	// A reading that fails is skipped.
+	CapURL string
+	// EndWithArrivals ends an open-loop level once Interarrival has ended
+	// its arrivals (a negative gap) and every request sent has ended (a
+	// trace's replay: the window is its whole run), before Duration.
+	EndWithArrivals bool
 	// MaxInFlight bounds requests in flight in open loop; an arrival over the
 	// bound waits for a free slot, and its latencies still count from when it
 	// was due. Zero means 10000.
@@ -341,7 +350,9 @@ type Config struct {
 	// Clients is what closed-loop users do with a refused or failed
 	// request: ClientsNext (the zero value) drops it and sends the next
 	// after RetryAfterMax at most; ClientsSDK retries it as the OpenAI
-	// SDKs do; ClientsNone gives up at once (see Clients).
+	// SDKs do; ClientsNone gives up at once (see Clients). In open loop
+	// ClientsSDK retries the same way and ClientsNone marks a refused or
+	// failed request given up; ClientsNext sends each request once.
 	Clients Clients
 	// RetryAfterMax makes closed-loop users (ClientsNext) that got a 429 or
 	// 503 wait the server's Retry-After, at most this long, before their

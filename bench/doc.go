@@ -25,8 +25,15 @@
 //     judged by E2E alone (Record.Judge, as the gateway judges it).
 //   - run.go, loops.go: levels, warm-up, the measured window, closed loop
 //     (users, optionally honouring Retry-After) and open loop (Poisson or
-//     gamma arrivals, latencies counted from when a request was due).
+//     gamma arrivals, or Config.Interarrival's; latencies counted from when
+//     a request was due; a refusal handled by Config.Clients: the SDKs'
+//     retries, or given up).
 //   - summary.go: percentiles, rates, goodput and the knee.
+//   - timeline.go, caps.go: a level over time ([Level.Timeline]: offered,
+//     good, late, refused and failed requests a second per bucket, and the
+//     gateway's cap read from Config.CapURL, its /status, once a second),
+//     as a table and a plot; what a trace's replay (package bench/trace,
+//     Config.EndWithArrivals) reports.
 //   - table.go, json.go, plot.go, progress.go: the report as text, JSON with
 //     vLLM's field names, a PNG/SVG picture, and progress output.
 //

@@ -102,6 +102,9 @@ func (r *levelRun) dispatch(ctx context.Context, wg *sync.WaitGroup) {
 	for seq := 0; ; seq++ {
 		gap := r.gap(rng, next.Sub(r.start))
 		if gap < 0 {
+			if r.cfg.EndWithArrivals {
+				r.endWhenIdle(ctx, slots)
+			}
 			return
 		}
 		next = next.Add(gap)
@@ -117,8 +120,62 @@ func (r *levelRun) dispatch(ctx context.Context, wg *sync.WaitGroup) {
 		req := r.cfg.Workload.Next(Slot{Level: r.index, User: -1, Seq: seq, Elapsed: due.Sub(r.start), Rand: rng})
 		wg.Go(func() {
 			defer func() { <-slots }()
-			r.add(withTargets(r.cfg.send(ctx, r.client, r.url, req, due), req))
+			r.arrival(ctx, seq, req, due)
 		})
+	}
+}
+
+// endWhenIdle waits until every request in flight has ended (each holds
+// one of slots until then) and closes the level's window.
+func (r *levelRun) endWhenIdle(ctx context.Context, slots chan struct{}) {
+	for range cap(slots) {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+	}
+	r.mu.Lock()
+	r.closeWindowLocked(time.Now())
+	r.mu.Unlock()
+}
+
+// arrival sends one open-loop request due at due, and what its client does
+// with a refusal or failure (Config.Clients): ClientsSDK retries it as the
+// OpenAI SDKs do (each retry measured from when it was sent, as a closed
+// loop's), ClientsNone gives up (GaveUp), ClientsNext sends it once.
+func (r *levelRun) arrival(ctx context.Context, seq int, req Request, due time.Time) {
+	if r.cfg.Clients != ClientsSDK {
+		rec := r.cfg.send(ctx, r.client, r.url, req, due)
+		if r.cfg.Clients == ClientsNone && (rec.Outcome == Rejected || rec.Outcome == Failed) {
+			rec.GaveUp = true
+		}
+		r.add(withTargets(rec, req))
+		return
+	}
+	var jitter *rand.Rand
+	for attempt := 0; ; attempt++ {
+		sent := req
+		sent.Header = req.Header.Clone()
+		if sent.Header == nil {
+			sent.Header = http.Header{}
+		}
+		sent.Header.Set("X-Stainless-Retry-Count", strconv.Itoa(attempt))
+		rec := r.cfg.send(ctx, r.client, r.url, sent, due)
+		rec.Attempt = attempt
+		if rec.Outcome == Completed || rec.Outcome == Unfinished || !sdkRetries(rec) || attempt >= SDKMaxRetries || ctx.Err() != nil {
+			rec.GaveUp = rec.Outcome == Rejected || rec.Outcome == Failed
+			r.add(withTargets(rec, req))
+			return
+		}
+		r.add(withTargets(rec, req))
+		if jitter == nil {
+			jitter = r.rng(1<<21 + seq) // apart from the users' and their jitter's sources
+		}
+		if !sleep(ctx, sdkDelay(rec, attempt, jitter)) {
+			return
+		}
+		due = time.Now()
 	}
 }
 

@@ -38,6 +38,9 @@ type Level struct {
 	// Records holds every request of the level in the order they ended,
 	// warm-up and unfinished ones included (Measured false).
 	Records []Record
+	// Caps are the gateway's cap, read from Config.CapURL about once a
+	// second while the level ran (nil without it).
+	Caps    []CapSample
 	Summary Summary
 }
 
@@ -115,26 +118,40 @@ func defaultTransport(cfg *Config) *http.Transport {
 // DiscoverModel returns the first model listed by GET baseURL/v1/models, or
 // "" when there is none or the call fails.
 func DiscoverModel(ctx context.Context, client *http.Client, baseURL string) string {
+	id, _ := discover(ctx, client, baseURL)
+	return id
+}
+
+// DiscoverContext returns the context length in tokens of the first model
+// listed by GET baseURL/v1/models (its max_model_len, as vLLM and the
+// simulator publish it), or 0 when it is not given or the call fails.
+func DiscoverContext(ctx context.Context, client *http.Client, baseURL string) int {
+	_, n := discover(ctx, client, baseURL)
+	return n
+}
+
+func discover(ctx context.Context, client *http.Client, baseURL string) (string, int) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/v1/models", nil)
 	if err != nil {
-		return ""
+		return "", 0
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return ""
+		return "", 0
 	}
 	defer resp.Body.Close()
 	var list struct {
 		Data []struct {
-			ID string `json:"id"`
+			ID          string `json:"id"`
+			MaxModelLen int    `json:"max_model_len"`
 		} `json:"data"`
 	}
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&list) != nil || len(list.Data) == 0 {
-		return ""
+		return "", 0
 	}
-	return list.Data[0].ID
+	return list.Data[0].ID, max(list.Data[0].MaxModelLen, 0)
 }
 
 func describe(w Workload) string {
@@ -162,6 +179,7 @@ type levelRun struct {
 	windowStart time.Time
 	windowEnd   time.Time
 	records     []Record
+	caps        []CapSample
 	done, good  int           // measured requests, and good ones
 	full        chan struct{} // closed window by request count
 }
@@ -229,10 +247,13 @@ func (r *levelRun) run(ctx context.Context) Level {
 	} else {
 		wg.Go(func() { r.dispatch(lctx, &wg) })
 	}
+	if r.cfg.CapURL != "" {
+		wg.Go(func() { r.pollCap(lctx) })
+	}
 	r.supervise(ctx)
 	cancel()
 	wg.Wait()
-	lv := Level{Index: r.index, Value: r.value, Start: r.start, WindowStart: r.windowStart, WindowEnd: r.windowEnd, Records: r.records}
+	lv := Level{Index: r.index, Value: r.value, Start: r.start, WindowStart: r.windowStart, WindowEnd: r.windowEnd, Records: r.records, Caps: r.caps}
 	lv.Summary = lv.summarize()
 	r.progress("done")
 	return lv

@@ -209,6 +209,18 @@ type Config struct {
 	MaxTenants       int     `env:"MAX_TENANTS" envDefault:"4096"`
 	TenantMetrics    int     `env:"TENANT_METRICS" envDefault:"10"`
 
+	// RequestLog is the file of the request log (package reqlog): one
+	// JSON line per generation request, replayable with `kneecap bench
+	// --trace`; empty: off. RequestLogMaxBytes bounds each file (0:
+	// reqlog.DefaultMaxBytes), RequestLogFiles is how many rotated files
+	// are kept beside it, RequestLogBuffer how many finished requests may
+	// wait for the writer before more are dropped (0:
+	// reqlog.DefaultBuffer).
+	RequestLog         string `env:"REQUEST_LOG"`
+	RequestLogMaxBytes int64  `env:"REQUEST_LOG_MAX_BYTES" envDefault:"104857600"`
+	RequestLogFiles    int    `env:"REQUEST_LOG_FILES" envDefault:"4"`
+	RequestLogBuffer   int    `env:"REQUEST_LOG_BUFFER" envDefault:"4096"`
+
 	// LogLevel is debug, info, warn or error; LogFormat text or json.
 	LogLevel  slog.Level `env:"LOG_LEVEL" envDefault:"info"`
 	LogFormat string     `env:"LOG_FORMAT" envDefault:"text"`

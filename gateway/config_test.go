@@ -22,7 +22,8 @@ func TestConfigDefaults(t *testing.T) {
 		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", RefusalStatus: 429, LogFormat: "text",
 		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true, TokenBudget: true, StateMaxAge: 24 * time.Hour,
 		EngineMetrics: "/metrics", EngineMetricsInterval: time.Second, EPPMetrics: "off", EPPSaturatedWaiting: 5,
-		ClassHeader: "x-kneecap-class", FairPromptWeight: 1, FairOutputWeight: 2, MaxTenants: 4096, TenantMetrics: 10}
+		ClassHeader: "x-kneecap-class", FairPromptWeight: 1, FairOutputWeight: 2, MaxTenants: 4096, TenantMetrics: 10,
+		RequestLogMaxBytes: 100 << 20, RequestLogFiles: 4, RequestLogBuffer: 4096}
 	want.Upstream = c.Upstream
 	if !reflect.DeepEqual(c, want) || c.Upstream.String() != "http://127.0.0.1:8000" || c.Limit() != DefaultMaxConcurrency {
 		t.Fatalf("got %+v\nwant %+v", c, want)

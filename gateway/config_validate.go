@@ -221,6 +221,12 @@ func (c Config) validateClasses(bad func(field, format string, args ...any) erro
 		return bad("MaxTenants", "must be between 1 and 1048576 (0: 4096)")
 	case c.TenantMetrics < 0 || c.TenantMetrics > 1000:
 		return bad("TenantMetrics", "must be between 0 and 1000")
+	case c.RequestLogMaxBytes != 0 && (c.RequestLogMaxBytes < 64<<10 || c.RequestLogMaxBytes > 1<<40):
+		return bad("RequestLogMaxBytes", "must be between 65536 and 1099511627776 bytes (0: 104857600)")
+	case c.RequestLogFiles < 0 || c.RequestLogFiles > 1000:
+		return bad("RequestLogFiles", "must be between 0 and 1000")
+	case c.RequestLogBuffer < 0 || c.RequestLogBuffer > 1<<20:
+		return bad("RequestLogBuffer", "must be between 1 and 1048576 (0: 4096)")
 	}
 	for _, t := range tenants {
 		if t.Class != "" && !known(t.Class) {

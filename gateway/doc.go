@@ -78,6 +78,12 @@
 //   - transport.go: the transport to the engine, tuned for many long
 //     streams to one host.
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
+//   - reqlog.go: the request log (KNEECAP_REQUEST_LOG, package reqlog):
+//     New builds it when a file is named, adds it to the observers, asks
+//     the proxy for each prompt's prefix fingerprint (blocks of 512
+//     tokens; without the log the proxy computes none) and registers
+//     kneecap_request_log_lines_total; Run runs its writer until every
+//     traffic handler has returned; [Gateway.RequestLog] returns it.
 //   - tracing.go: OpenTelemetry tracing (package tracing): Config.Tracing
 //     is read from the standard OTEL_* variables by ConfigFromEnv (a bad
 //     one a [SettingError] naming it); New builds the tracer when an

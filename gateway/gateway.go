@@ -18,6 +18,7 @@ import (
 	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/enginemetrics"
 	"github.com/kneecap/kneecap/proxy"
+	"github.com/kneecap/kneecap/reqlog"
 	"github.com/kneecap/kneecap/slo"
 	"github.com/kneecap/kneecap/tracing"
 )
@@ -140,6 +141,7 @@ type Gateway struct {
 	epp       *eppView               // the endpoint picker's view (epp.go)
 	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
+	reqlog    *reqlog.Log            // nil: no request log
 	tracer    *tracing.Tracer        // nil: tracing off
 	traced    chan struct{}          // closed when the tracer's Run returned (Run sets it)
 	stopTrace context.CancelFunc     // ends the tracer's Run (tracing.go)
@@ -229,6 +231,13 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		g.status, _ = ctrl.(StatusReporter)
 	}
 	observers = append(observers, g.opts.observers...)
+	prefixBlock, err := g.newRequestLog()
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if g.reqlog != nil {
+		observers = append(observers, g.reqlog)
+	}
 
 	p, err := proxy.New(proxy.Config{
 		Upstream: cfg.Upstream, Transport: g.transport, Limiter: g.lim, Targets: targets,
@@ -236,8 +245,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
-		MaxModelLen: cfg.MaxModelLen,
-		Headers:     cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
+		MaxModelLen: cfg.MaxModelLen, PrefixBlockTokens: prefixBlock,
+		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
 		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), Spans: g.spans(),
 	})
 	if err != nil {
@@ -424,10 +433,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 		g.history.Run(histCtx)
 		return nil
 	})
+	// The request log writes until every traffic handler has returned, so
+	// that it holds the requests the drain ended too.
+	logCtx, stopLog := context.WithCancel(context.WithoutCancel(ctx))
+	if g.reqlog != nil {
+		eg.Go(func() error { return g.reqlog.Run(logCtx) })
+	}
 	eg.Go(func() error {
 		<-egCtx.Done()
 		g.shutdown(trafficSrv, adminSrv, agentLn)
 		stopHistory()
+		stopLog()
 		return nil
 	})
 	return eg.Wait()

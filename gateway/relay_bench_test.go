@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -29,6 +30,11 @@ import (
 // included. The switch keeps the benchmark's name, so that scripts/bench-ab
 // compares it with the same benchmark of a commit without tracing.
 //
+// With KNEECAP_BENCH_REQUEST_LOG=1 the request log is on (a file in a
+// temporary directory, its writer running): what the log costs per
+// request, the prompt's fingerprint included (the prompt here is short;
+// wire's BenchmarkPromptBlocks prices a long one).
+//
 // cpu-ns/op is the process's CPU time per op, every goroutine's: the
 // tracer's exports run beside the request's goroutine, on another core
 // when one is free, where ns/op does not see them.
@@ -52,6 +58,9 @@ func BenchmarkGatewayStream(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	if os.Getenv("KNEECAP_BENCH_REQUEST_LOG") != "" {
+		cfg.RequestLog = filepath.Join(b.TempDir(), "requests.jsonl")
+	}
 	g, err := gateway.New(cfg, gateway.WithTransport(proxytest.MemEngine{Body: []byte(sb.String())}),
 		gateway.WithRegistry(prometheus.NewRegistry()))
 	if err != nil {
@@ -66,6 +75,18 @@ func BenchmarkGatewayStream(b *testing.B) {
 			<-done
 			b.ReportMetric(float64(tr.Dropped()), "dropped")
 			b.ReportMetric(float64(tr.Exported()), "exported")
+		}()
+	}
+	if l := g.RequestLog(); l != nil {
+		ctx, stop := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- l.Run(ctx) }()
+		defer func() {
+			stop()
+			if err := <-done; err != nil {
+				b.Error(err)
+			}
+			b.ReportMetric(float64(l.Dropped()), "log-dropped")
 		}()
 	}
 	h := g.Handler()

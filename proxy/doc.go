@@ -20,7 +20,10 @@
 //     E2E target alone when it has one) and, on a route that reassembles
 //     (Route.Reassemble: the OpenAI chat and completion routes), rewritten
 //     to ask for a stream with usage (wire.AsStream) unless a field keeps
-//     it whole (wire.WholeOnly).
+//     it whole (wire.WholeOnly). With Config.PrefixBlockTokens set (the
+//     request log's), the record gets the prompt's prefix fingerprint
+//     (wire.PromptBlocks); the engine's cached prompt tokens come with its
+//     usage report (wire.Usage.CachedTokens).
 //   - classify.go: [Class] and [Classifier], the hook that gives a request
 //     its priority class, tenant and class targets from its headers (the
 //     gateway's); what the limiter is asked (admission.Request) is built

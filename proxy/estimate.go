@@ -63,6 +63,19 @@ func (e *estimator) estimate(route, model string, m wire.PromptSize) int {
 	return int(math.Min(est, math.MaxInt32) + 0.5)
 }
 
+// MaxPrefixBlocks bounds a record's prefix fingerprint (Config.
+// PrefixBlockTokens): 256 blocks of 512 tokens cover a 128k context.
+const MaxPrefixBlocks = 256
+
+// blockChars returns the characters of prompt text that make tokens
+// tokens at the estimate's rate before it has learnt anything
+// (defaultTokensPerChar). It is fixed on purpose: a fingerprint cut at a
+// learnt rate would cut the same text at other places as the fit moves,
+// and two requests sharing a prefix would no longer share its hashes.
+func blockChars(tokens int) int {
+	return max(int(float64(tokens)/defaultTokensPerChar+0.5), 1)
+}
+
 // learn fits the engine's count of prompt tokens (its usage report) of a
 // request whose prompt measured m. A measure of the whole body (an odd
 // body) teaches nothing of the prompt's fields.

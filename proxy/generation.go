@@ -78,6 +78,10 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		return
 	}
 	areq.PromptTokens, areq.MaxOutput = x.rec.PromptEstimate, outputBound(req)
+	x.rec.MaxTokens = areq.MaxOutput
+	if n := p.cfg.PrefixBlockTokens; n > 0 {
+		x.rec.Prefix = wire.PromptBlocks(rt.Shape, body, blockChars(n), MaxPrefixBlocks, nil)
+	}
 	if rt.Shape == wire.ShapeOpenAI && req.Stream && !req.WantsUsage() {
 		if body, err = wire.EnsureIncludeUsage(body); err != nil {
 			x.abort(tell(errBadJSON, "invalid request body: "+err.Error(), err))

@@ -132,6 +132,7 @@ func (m *outputMeter) settle(x *exchange, usage wire.Usage, have bool) {
 	}
 	if have {
 		rec.PromptTokens, rec.OutputTokens = usage.PromptTokens, perChoice(usage.CompletionTokens, rec.Choices)
+		rec.CachedPromptTokens = usage.CachedTokens
 	} else {
 		rec.OutputTokens, rec.Estimated = rec.OutputChunks, true
 	}

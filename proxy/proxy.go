@@ -94,6 +94,14 @@ type Config struct {
 	// prompt is estimated beyond it is answered 400 before it queues, as
 	// the engine would answer it (see Proxy.fits). Zero means no check.
 	MaxModelLen int
+	// PrefixBlockTokens, when positive, gives every generation request's
+	// record its prefix fingerprint (slo.Record.Prefix): the prompt's text
+	// in blocks of about this many tokens at four characters a token (the
+	// prompt estimate's rate before it learns; fixed, so that the same
+	// text is always cut at the same places), hashed and chained by
+	// wire.PromptBlocks, at most MaxPrefixBlocks of them. Zero means none
+	// (nothing computed, nothing allocated).
+	PrefixBlockTokens int
 	// Observer receives live measurements. nil means none; use Observers
 	// to fan out to several.
 	Observer Observer

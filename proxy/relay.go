@@ -250,6 +250,7 @@ func (p *Proxy) relayWhole(ctx context.Context, x *exchange, resp *http.Response
 	}
 	if inspectErr == nil && info.Usage != nil {
 		rec.PromptTokens, rec.OutputTokens = info.Usage.PromptTokens, perChoice(info.Usage.CompletionTokens, rec.Choices)
+		rec.CachedPromptTokens = info.Usage.CachedTokens
 	} else {
 		rec.Estimated = true // no usage report: output tokens unknown
 	}

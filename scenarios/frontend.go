@@ -2,11 +2,16 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 	"github.com/kneecap/kneecap/admission/control"
 	"github.com/kneecap/kneecap/admission/peers"
 	"github.com/kneecap/kneecap/gateway"
+	"github.com/kneecap/kneecap/learnt"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
@@ -204,4 +210,52 @@ func (d *peerDriver) Run(ctx context.Context) error {
 			d.mu.Unlock()
 		}
 	}
+}
+
+// writeState writes the state file a restarted gateway starts from, in a
+// directory of its own, and returns its path: the run's State (saved by
+// another run, as of now: restarted at once), or its StateCap learnt on
+// the run's engine and targets, or none (SaveState: the gateway writes
+// it).
+func writeState(r Run, engine *endpoint) (string, error) {
+	tg := r.Scenario.Targets()
+	environ := []string{"KNEECAP_UPSTREAM=http://" + engine.host, "KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String()}
+	if tg.E2E > 0 {
+		environ = append(environ, "KNEECAP_SLO_E2E="+tg.E2E.String())
+	}
+	cfg, err := gateway.ConfigFromEnv(append(environ, r.Env...))
+	if err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp("", "kneecap-state-")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "state.json")
+	var st learnt.State
+	switch {
+	case r.State != nil:
+		if err := json.Unmarshal(r.State, &st); err != nil {
+			return "", fmt.Errorf("scenario %d: the state to restore: %w", r.Scenario.ID, err)
+		}
+	case r.StateCap > 0:
+		st = learnt.State{Engine: gateway.LearntEngine(cfg), Cap: r.StateCap}
+	default:
+		return path, nil
+	}
+	st.SavedAt = time.Now()
+	return path, learnt.Save(path, st)
+}
+
+// saveState has the gateway write its state file now and returns it.
+func saveState(gw *gateway.Gateway, env []string) ([]byte, error) {
+	if err := gw.SaveState(); err != nil {
+		return nil, err
+	}
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "KNEECAP_STATE_FILE="); ok {
+			return os.ReadFile(p)
+		}
+	}
+	return nil, errors.New("no state file")
 }

@@ -55,6 +55,9 @@ type RunResult struct {
 	// GoodAt, for a scenario with ColdStart, is when each good request
 	// ended (from the start of the run, warm-up included), in order.
 	GoodAt []time.Duration `json:"-"`
+	// State is the state file the adaptive gateway wrote at the run's
+	// end (Run.SaveState).
+	State []byte `json:"-"`
 	// Classes splits the window's counts by the bench's Request.Class
 	// (see mix.go).
 	Classes map[string]ClassResult `json:"classes,omitempty"`
@@ -72,15 +75,35 @@ const ColdWindow = 30 * time.Second
 // moment the goodput over the trailing ColdWindow first reaches goal, less
 // the ColdWindow it needs to be measured. -1 if none until end.
 func coldConverge(goodAt []time.Duration, goal float64, end time.Duration) time.Duration {
-	need := goal * ColdWindow.Seconds()
-	for from := time.Duration(0); from+ColdWindow <= end; from += time.Second {
+	return coldConvergeOver(goodAt, goal, end, ColdWindow)
+}
+
+// coldConvergeOver is coldConverge over windows of w.
+func coldConvergeOver(goodAt []time.Duration, goal float64, end, w time.Duration) time.Duration {
+	need := goal * w.Seconds()
+	for from := time.Duration(0); from+w <= end; from += time.Second {
 		lo, _ := slices.BinarySearch(goodAt, from)
-		hi, _ := slices.BinarySearch(goodAt, from+ColdWindow)
+		hi, _ := slices.BinarySearch(goodAt, from+w)
 		if float64(hi-lo) >= need {
 			return from
 		}
 	}
 	return -1
+}
+
+// DCWindow is the span over which a datacenter scenario's start is
+// judged: its first DCWindow at 0.9 of the oracle's goodput must begin by
+// DCReach (so end by DCReach + DCWindow, within 30 s of engine time).
+const (
+	DCWindow = 10 * time.Second
+	DCReach  = 20 * time.Second
+)
+
+// goodIn counts the good requests that ended in [from, from+w).
+func goodIn(goodAt []time.Duration, from, w time.Duration) int {
+	lo, _ := slices.BinarySearch(goodAt, from)
+	hi, _ := slices.BinarySearch(goodAt, from+w)
+	return hi - lo
 }
 
 // ClassResult is one class of requests of a run, over the window.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -73,6 +75,14 @@ type Run struct {
 	// Clients is what the closed-loop users do with a refused request
 	// (bench.Clients; see Scenario.clients).
 	Clients bench.Clients
+	// StateCap, when positive, is the cap of the state file an adaptive
+	// gateway starts from (TestTrace); State, when set, is the state
+	// file itself, as another run saved it (see Scenario.RestoreOf).
+	StateCap int
+	State    []byte
+	// SaveState has an adaptive gateway keep a state file, and the run
+	// return it (RunResult.State).
+	SaveState bool
 }
 
 // debugLog, when set by a test, receives the gateway's log (one line per
@@ -112,6 +122,12 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	if err != nil {
 		return RunResult{}, err
 	}
+	var stateDir string // removed after every goroutine of the run ended
+	defer func() {
+		if stateDir != "" {
+			os.RemoveAll(stateDir)
+		}
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	engE, err := newEndpoint("engine", r.RealTime)
@@ -136,6 +152,14 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		adminE, err := newEndpoint("admin", r.RealTime)
 		if err != nil {
 			return RunResult{}, err
+		}
+		if (r.StateCap > 0 || r.State != nil || r.SaveState) && r.Mode.Kind == "adaptive" {
+			path, err := writeState(r, engE)
+			if err != nil {
+				return RunResult{}, err
+			}
+			stateDir = filepath.Dir(path)
+			r.Env = append(slices.Clip(r.Env), "KNEECAP_STATE_FILE="+path)
 		}
 		fe, err = newFrontend(r, engE, gwE.ln, adminE.ln, quiet)
 		if err != nil {
@@ -228,6 +252,11 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		outsideMu.Lock()
 		res.Outside = outsideOver(outside[0], outside[1], r.Timing.Window)
 		outsideMu.Unlock()
+	}
+	if r.SaveState && fe != nil {
+		if res.State, err = saveState(fe.gw, r.Env); err != nil {
+			return RunResult{}, err
+		}
 	}
 	stopGateway()
 	cancel()

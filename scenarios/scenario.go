@@ -62,6 +62,9 @@ type Scenario struct {
 	// a coarse sweep where goodput is flat over a wide range (the oracle is
 	// checked to lie inside it, not at its top).
 	SweptCaps []int
+	// OwnCaps sweeps SweptCaps whatever caps the suite sweeps: for the
+	// datacenter scenarios, whose knee lies beyond every cap of the others.
+	OwnCaps bool
 	// ColdStart measures the adaptive run's convergence as the time a
 	// fresh gateway takes to serve near the oracle's goodput
 	// (coldConverge), not by its cap's trajectory.
@@ -100,6 +103,11 @@ type Scenario struct {
 	// AloneSweep runs the engine alone with each of the suite's
 	// AloneUsers users, for the best of them (closed loop only).
 	AloneSweep bool
+	// RestoreOf, when set, starts the adaptive gateway from a state file
+	// (KNEECAP_STATE_FILE) holding the cap that scenario's adaptive run
+	// held at its end, as a gateway restarted in front of a busy engine:
+	// the suite runs it after that scenario.
+	RestoreOf int
 }
 
 // Targets returns the scenario's targets for requests without a header.
@@ -208,6 +216,24 @@ var (
 	E2ETarget           = 13 * time.Second
 )
 
+// DatacenterWorkload is the datacenter scenarios' chat: 800-token prompts
+// and 200-token answers, each within 50 %.
+var DatacenterWorkload = sim.Workload{PromptTokens: 800, OutputTokens: 200, RangeRatio: 0.5}
+
+// datacenter sets a datacenter scenario: an 8B model on one H100
+// (sim.H1008B: a 7 ms step, 60 us per sequence, 15 ns per KV token, 30 us
+// per prompt token, 1024 sequences), 256 closed-loop
+// users of DatacenterWorkload, TPOT target 50 ms, a cold start judged over
+// 10 s windows, 2 minutes measured after the warm-up, static caps 64-256.
+func datacenter(sc *Scenario) {
+	sc.Users = 256
+	sc.Profile, sc.Workload = sim.H1008B, DatacenterWorkload
+	sc.TPOT = 50 * time.Millisecond
+	sc.ColdStart, sc.NoPeers = true, true
+	sc.Window = 2 * time.Minute
+	sc.SweptCaps, sc.OwnCaps = []int{48, 64, 96, 128, 192, 256}, true
+}
+
 // All returns the scenarios: the eight of issue 5, 9-13 of issue 14,
 // 16-18 of issue 20 and 19-20 of issue 21 (14 and 15 are the mixes,
 // mix.go).
@@ -291,6 +317,27 @@ func All() []Scenario {
 			sc.Profile, sc.Flavor = UnifiedSlots, sim.FlavorLlamaCpp
 			sc.Workload.PromptTokens /= 2
 			sc.MaxSweptCap = 16
+		}),
+		// 23-25: a datacenter engine (an 8B model on an H100-class GPU,
+		// knee in the hundreds), 256 users, targets 1 s / 50 ms; a
+		// shorter window and a coarse sweep (a knee of 200 relays 50
+		// times the chunks of one of 4), no peers.
+		s(23, "dc-cold-start", datacenter),
+		s(24, "dc-restart", func(sc *Scenario) {
+			datacenter(sc)
+			sc.RestoreOf = 23
+		}),
+		s(26, "dc-70b-cold-start", func(sc *Scenario) {
+			datacenter(sc)
+			sc.Users, sc.Profile = 160, sim.H100x470B
+			sc.SweptCaps = []int{24, 32, 48, 64, 96, 128}
+		}),
+		s(25, "dc-prompt-doubles", func(sc *Scenario) {
+			datacenter(sc)
+			sc.ColdStart = false
+			sc.PromptDoubles = true
+			sc.Workload.PromptTokens *= 2
+			sc.Window = 3 * time.Minute
 		}),
 		// 19 and 20 measure 6 minutes (about 700 good completions at the
 		// knee) and run no peers, to keep the suite within CI's time.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -149,7 +150,7 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
 	}
-	needsKnee := func(sc Scenario) bool { return sc.Users == 0 }
+	needsKnee := func(sc Scenario) bool { return sc.Users == 0 || sc.RestoreOf > 0 }
 	var first, second []Scenario
 	for _, sc := range s.Scenarios {
 		if needsKnee(sc) {
@@ -204,7 +205,11 @@ func (s *Suite) modes(sc Scenario) []Mode {
 			m = append(m, Mode{Kind: "engine", Cap: k})
 		}
 	}
-	for _, c := range s.Options.Caps {
+	caps := s.Options.Caps
+	if sc.OwnCaps && len(caps) > 0 {
+		caps = sc.SweptCaps
+	}
+	for _, c := range caps {
 		if (sc.MaxSweptCap <= 0 || c <= sc.MaxSweptCap) && (len(sc.SweptCaps) == 0 || slices.Contains(sc.SweptCaps, c)) {
 			m = append(m, Mode{Kind: "static", Cap: c})
 		}
@@ -250,6 +255,10 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(
 				if m.Clients != "" {
 					run.Clients, _ = bench.ParseClients(m.Clients)
 				}
+				if sc.RestoreOf > 0 && m.Kind == "adaptive" {
+					run.State = s.savedState(sc.RestoreOf, run.Clients)
+				}
+				run.SaveState = m.Kind == "adaptive" && restored(sc.ID)
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
 					res, ok := s.runOne(t, run)
 					if !ok {
@@ -288,6 +297,28 @@ func (s *Suite) best(id, half int, pow2 bool) (int, float64) {
 }
 
 func (s *Suite) oracle(id, half int) (int, float64) { return s.best(id, half, false) }
+
+// savedState is the state file the adaptive run of a scenario with the
+// given clients wrote at its end (nil: none, a cold start).
+func (s *Suite) savedState(id int, clients bench.Clients) []byte {
+	for _, r := range s.Runs[id] {
+		if strings.HasPrefix(r.Mode, "adaptive") && r.Clients == clients.String() {
+			return r.State
+		}
+	}
+	return nil
+}
+
+// restored reports whether another scenario starts from the state of
+// scenario id's adaptive runs.
+func restored(id int) bool {
+	for _, sc := range All() {
+		if sc.RestoreOf == id {
+			return true
+		}
+	}
+	return false
+}
 
 // static returns the run of a scenario with static cap c.
 func (s *Suite) static(id, c int) (RunResult, bool) {

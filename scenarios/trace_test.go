@@ -22,7 +22,8 @@ import (
 //	KNEECAP_TRACE=1 KNEECAP_TRACE_SEED=3 go test -run TestTrace -v ./scenarios/
 //
 // KNEECAP_TRACE_WINDOW sets the measured window (default
-// DefaultTiming's). KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
+// DefaultTiming's); KNEECAP_TRACE_STATE_CAP starts the adaptive gateway
+// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
 // Open-loop scenarios take their rate from KNEECAP_TRACE_KNEE (req/s,
 // default 0.55). Without KNEECAP_TRACE it skips.
 func TestTrace(t *testing.T) {
@@ -85,8 +86,24 @@ func TestTrace(t *testing.T) {
 	if mix != nil {
 		run.Workload, run.Env, run.Timing, run.Clients = mix.Workload, mix.Env, timing, mix.Clients
 	}
+	if c, err := strconv.Atoi(os.Getenv("KNEECAP_TRACE_STATE_CAP")); err == nil {
+		run.StateCap = c // the cap of a state file the gateway starts from
+	}
 	if env := os.Getenv("KNEECAP_TRACE_ENV"); env != "" {
 		run.Env = strings.Split(env, ",") // gateway settings, KEY=VALUE,...
+	}
+	if sc.RestoreOf > 0 && run.StateCap == 0 && mode.Kind == "adaptive" {
+		// The state a cold run of the scenario restored from saved.
+		src, _ := ByID(sc.RestoreOf)
+		cold := run
+		cold.Scenario, cold.SaveState, cold.KeepRecords = src, true, false
+		var res RunResult
+		synctest.Test(t, func(t *testing.T) { res, err = cold.execute(t.Context()) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		run.State = res.State
+		fmt.Fprintf(os.Stderr, "restoring the state of scenario %d: %s\n", src.ID, res.State)
 	}
 	var res RunResult
 	synctest.Test(t, func(t *testing.T) { res, err = run.execute(t.Context()) })

@@ -137,6 +137,11 @@ type Record struct {
 
 	// PromptTokens and OutputTokens come from the engine's usage report.
 	PromptTokens int `json:"prompt_tokens"`
+	// CachedPromptTokens is the part of PromptTokens the engine served
+	// from its prefix cache, as its usage report (prompt_tokens_details.
+	// cached_tokens) or llama.cpp's timings (cache_n) said; 0 when it
+	// did not say.
+	CachedPromptTokens int `json:"cached_prompt_tokens,omitempty"`
 	// PromptEstimate is the prompt tokens the gateway estimated from the
 	// body before the engine answered (what admission used).
 	PromptEstimate int `json:"prompt_estimate,omitempty"`
@@ -166,6 +171,15 @@ type Record struct {
 	// request's chunks interleave its choices, so it is judged but not fed
 	// to the controller's model.
 	Choices int `json:"choices,omitempty"`
+
+	// MaxTokens is the output bound the request asked for (max_tokens or
+	// max_completion_tokens, times n), 0 when it gave none.
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// Prefix is the prompt's prefix fingerprint (wire.PromptBlocks: chain
+	// hashes of its leading blocks of text, never the text), set only when
+	// the proxy is asked for it (proxy.Config.PrefixBlockTokens); nil
+	// otherwise.
+	Prefix []uint64 `json:"prefix,omitempty"`
 
 	// Outcome is the judgement (see Judge).
 	Outcome Outcome `json:"outcome"`

@@ -10,6 +10,12 @@ type Usage struct {
 	PromptTokens     int `json:"prompt_tokens"`
 	CompletionTokens int `json:"completion_tokens"`
 	TotalTokens      int `json:"total_tokens"`
+	// CachedTokens is the prompt tokens the engine served from its prefix
+	// cache, as Inspect read them: usage.prompt_tokens_details.
+	// cached_tokens (vLLM, SGLang, OpenAI), else llama.cpp's timings.
+	// cache_n in the same chunk; 0 when neither is given. It is read,
+	// never written (an engine's own field names say where it came from).
+	CachedTokens int `json:"-"`
 }
 
 // ChatChunk is one streamed chunk of POST /v1/chat/completions
@@ -89,8 +95,49 @@ type inspected struct {
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
-	Usage *Usage          `json:"usage"`
-	Error json.RawMessage `json:"error"`
+	Usage *struct {
+		Usage
+		Details json.RawMessage `json:"prompt_tokens_details"`
+	} `json:"usage"`
+	Error   json.RawMessage `json:"error"`
+	Timings json.RawMessage `json:"timings"`
+}
+
+// cachedTokens reads the cached prompt tokens from a usage report's
+// prompt_tokens_details (its cached_tokens) or, without one, llama.cpp's
+// timings (cache_n), each given as the raw JSON of its value: leniently (a
+// value that is not a whole number reads as none, never failing the
+// chunk) and without allocating. Both of Inspect's paths call it on the
+// same bytes.
+func cachedTokens(details, timings []byte) int {
+	if n := intMember(details, "cached_tokens"); n > 0 {
+		return n
+	}
+	return max(intMember(timings, "cache_n"), 0)
+}
+
+// intMember returns the integer member key of the JSON object raw (the
+// last one when repeated; keys matched as encoding/json matches them, in
+// ASCII), or 0 when raw is not an object or the member is absent, null or
+// not an integer.
+func intMember(raw []byte, key string) int {
+	s := chunkScan{data: raw}
+	s.skipSpace()
+	if s.next() != '{' {
+		return 0
+	}
+	n := 0
+	ok := s.object(func(name []byte) bool {
+		if !is(name, key) {
+			return s.skipValue()
+		}
+		n = 0
+		return s.intField(&n)
+	})
+	if !ok {
+		return 0
+	}
+	return n
 }
 
 // Inspect reads one chunk payload (an SSE event's data, without "data: ").
@@ -109,6 +156,9 @@ func Inspect(data []byte) (ChunkInfo, error) {
 	}
 	if f.usagePresent {
 		u := f.usage
+		if f.details != nil || f.timings != nil {
+			u.CachedTokens = cachedTokens(f.details, f.timings)
+		}
 		info.Usage = &u
 	}
 	return info, nil
@@ -121,7 +171,14 @@ func inspectSlow(data []byte) (ChunkInfo, error) {
 	if err := json.Unmarshal(data, &c); err != nil {
 		return ChunkInfo{}, err
 	}
-	info := ChunkInfo{Usage: c.Usage}
+	var info ChunkInfo
+	if c.Usage != nil {
+		u := c.Usage.Usage
+		if c.Usage.Details != nil || c.Timings != nil {
+			u.CachedTokens = cachedTokens(c.Usage.Details, c.Timings)
+		}
+		info.Usage = &u
+	}
 	info.Error = (len(c.Error) > 0 && !bytes.Equal(c.Error, []byte("null"))) || c.Object == "error"
 	info.UsageOnly = c.Usage != nil && len(c.Choices) == 0
 	for i := range c.Choices {

@@ -35,6 +35,10 @@
 //     which merges that stream's chunks into the single JSON body the
 //     engine would have answered (chat and text completions, OpenAI
 //     shape).
+//   - prompt.go, prefix.go: a request's prompt measured in one pass
+//     ([MeasurePrompt]: characters of text and token IDs, for the gateway's
+//     estimate) and fingerprinted ([PromptBlocks]: chained hashes of its
+//     text in fixed-size blocks, for the request log), never copied.
 //   - errors.go: OpenAI-shaped error bodies ([ErrorBody]) for JSON responses
 //     and for SSE error events once a stream has started.
 //

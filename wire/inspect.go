@@ -27,6 +27,8 @@ type chunkFacts struct {
 	choicesNonEmpty  bool
 	usagePresent     bool
 	usage            Usage
+	details          []byte // usage.prompt_tokens_details, raw (nil: absent)
+	timings          []byte // llama.cpp's timings, raw (nil: absent)
 }
 
 // choiceFacts is what one element of "choices" says. Its fields persist
@@ -69,6 +71,8 @@ func (s *chunkScan) top(f *chunkFacts) bool {
 			ok = s.choices(f)
 		case is(name, "usage"):
 			ok = s.usage(f)
+		case is(name, "timings"):
+			f.timings, ok = s.rawValue()
 		case is(name, "error"):
 			var raw []byte
 			raw, ok = s.rawValue()
@@ -212,7 +216,7 @@ func (s *chunkScan) usage(f *chunkFacts) bool {
 	switch s.next() {
 	case 'n':
 		f.usagePresent = false
-		f.usage = Usage{}
+		f.usage, f.details = Usage{}, nil
 		return s.literal("null")
 	case '{':
 	default:
@@ -220,7 +224,7 @@ func (s *chunkScan) usage(f *chunkFacts) bool {
 	}
 	if !f.usagePresent {
 		f.usagePresent = true
-		f.usage = Usage{}
+		f.usage, f.details = Usage{}, nil
 	}
 	return s.object(func(name []byte) (ok bool) {
 		switch {
@@ -230,6 +234,8 @@ func (s *chunkScan) usage(f *chunkFacts) bool {
 			ok = s.intField(&f.usage.CompletionTokens)
 		case is(name, "total_tokens"):
 			ok = s.intField(&f.usage.TotalTokens)
+		case is(name, "prompt_tokens_details"):
+			f.details, ok = s.rawValue()
 		default:
 			ok = s.skipValue()
 		}

@@ -48,7 +48,7 @@ const (
 // metrics.
 type ramp struct {
 	on     bool
-	narrow bool      // the margin is spent: it grows by quarters (raiseStep)
+	narrow bool      // the last raise was by a quarter (raiseStep): the margin was spent at twice the cap
 	from   int       // the cap it started from
 	since  time.Time // the first decision of the ramp
 	toward int       // the level of its last doubling
@@ -138,12 +138,14 @@ func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 		c.endRamp(now, fmt.Sprintf("level %d failed recently", c.cap+1))
 		return 0
 	}
-	if !c.ramp.narrow {
-		if why := c.rampMiss(next, classes, rampMargin); why == "" {
-			return next
-		}
-		c.ramp.narrow = true // the margin is spent: grow by quarters
+	c.ramp.narrow = false
+	if why := c.rampMiss(next, classes, rampMargin); why == "" {
+		return next
 	}
+	// The margin is spent at twice the cap: by a quarter. (Not for good:
+	// from one level the model extrapolates in proportion, which a second
+	// level corrects.)
+	c.ramp.narrow = true
 	next = min(next, c.cap+max(1, int(float64(c.cap)*raiseStep)))
 	if why := c.rampMiss(next, classes, 1); why != "" {
 		c.endRamp(now, why)
@@ -276,4 +278,31 @@ func (c *Controller) prior() Prior {
 		p.StepBase, p.StepPerRunning, p.StepPerKVToken = c.tok.step.c[0], c.tok.step.c[1], c.tok.step.c[2]
 	}
 	return p
+}
+
+// rampWait is when the k-th slot (k = ahead+1) is predicted to free while
+// the ramp doubles the cap: every settleTime a doubling adds cap slots at
+// once, so the k-th comes with the doubling that brings the new slots
+// past k, settleTime x ceil(log2(1 + k/cap)) from the last change, within
+// the levels the ramp may reach (MaxCap, the engine's limit). False when
+// the ramp does not double now (off, or by quarters): the releases of the
+// cap's own requests then say when (PredictWait). A refused request told
+// the wait of a cap that doubles before it returns comes back to slots
+// that stood idle meanwhile (on the 70B scenario, users told at cap 2
+// returned half a minute later, at cap 16, to a gateway that had run 4).
+func (c *Controller) rampWait(now time.Time, ahead int) (time.Duration, bool) {
+	if !c.ramp.on || c.ramp.narrow || c.cap < 1 {
+		return 0, false
+	}
+	top := min(c.cfg.MaxCap, c.engineBound(now))
+	k := float64(ahead + 1)
+	if float64(top-c.cap) < k {
+		return 0, false // beyond the levels the ramp may reach
+	}
+	steps := math.Ceil(math.Log2(1 + k/float64(c.cap)))
+	next := c.changedAt.Add(settleTime)
+	if next.Before(now) {
+		next = now
+	}
+	return next.Sub(now) + time.Duration(steps-1)*settleTime, true
 }

@@ -45,6 +45,7 @@ type benchFlags struct {
 	header              headerFlags
 	clients             string
 	quiet               bool
+	tr                  traceFlags
 }
 
 func (f *benchFlags) register(fs *flag.FlagSet) {
@@ -72,10 +73,11 @@ func (f *benchFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", 1, "seed of prompts, lengths and arrivals")
 	fs.StringVar(&f.goodput, "goodput", "ttft=1s,tpot=100ms", "targets: ttft=DUR,tpot=DUR[,e2e=DUR], or none")
 	fs.Float64Var(&c.MinAttainment, "min-attainment", 0.9, "share of good requests for a level to have met the targets")
-	fs.StringVar(&f.clients, "clients", "next", "closed loop: what a user does with a refused request: next (drop it, wait --retry-after-max at most, send the next), sdk (retry it as the OpenAI SDKs do: 2 retries, Retry-After up to 60 s, else backoff), none (give up at once, as vLLM's benchmark)")
+	fs.StringVar(&f.clients, "clients", "next", "what a client does with a refused request: next (drop it, wait --retry-after-max at most, send the next), sdk (retry it as the OpenAI SDKs do: 2 retries, Retry-After up to 60 s, else backoff), none (give up at once, as vLLM's benchmark); open loop and --trace: sdk retries, next and none send once")
 	fs.DurationVar(&c.RetryAfterMax, "retry-after-max", 0, "closed loop, --clients next: wait the server's Retry-After, at most this long, after a 429 (0: don't)")
 	fs.Var(f.header, "header", "extra request header \"Name: value\" (repeatable)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
+	f.tr.register(fs)
 	fs.Float64Var(&f.timeScale, "time-scale", 1, "the server runs this many times faster than the time it models (kneecap sim --time-scale): --goodput targets, --rate and the report are in its time; --duration and --warmup stay wall time")
 }
 
@@ -196,17 +198,7 @@ func (f *benchFlags) checkOutputs() error {
 
 // writeOutputs writes the JSON and plot files that were asked for.
 func writeOutputs(rep *bench.Report, jsonFile, plotFile string, stdout io.Writer) error {
-	write := func(name string, fn func(io.Writer) error) error {
-		file, err := os.Create(name)
-		if err != nil {
-			return err
-		}
-		if err := fn(file); err != nil {
-			file.Close()
-			return err
-		}
-		return file.Close()
-	}
+	write := writeFile
 	if jsonFile != "" {
 		if err := write(jsonFile, rep.WriteJSON); err != nil {
 			return fmt.Errorf("--json: %w", err)
@@ -223,6 +215,19 @@ func writeOutputs(rep *bench.Report, jsonFile, plotFile string, stdout io.Writer
 	return nil
 }
 
+// writeFile creates name and writes it with fn.
+func writeFile(name string, fn func(io.Writer) error) error {
+	file, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := fn(file); err != nil {
+		file.Close()
+		return err
+	}
+	return file.Close()
+}
+
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -233,6 +238,9 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := f.checkTrace(); err != nil {
+		return err
+	}
 	cfg, err := f.config(stderr)
 	if err != nil {
 		return err
@@ -240,10 +248,25 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := f.checkOutputs(); err != nil {
 		return err
 	}
+	cfg.CapURL = f.tr.capURL
+	desc := describeWorkload(cfg)
+	if f.tr.file != "" {
+		tr, err := f.applyTrace(ctx, &cfg)
+		if err != nil {
+			return err
+		}
+		desc = f.describeTrace(tr, cfg.Clients)
+		if !f.quiet {
+			cfg.Progress = bench.ProgressPrinter(stderr, isTerminal(stderr), cfg.Mode)
+		}
+	}
 	fmt.Fprintf(stdout, "kneecap bench: %s, %s loop, %s\n", cfg.BaseURL,
-		map[bench.Mode]string{bench.Closed: "closed", bench.Open: "open"}[cfg.Mode], describeWorkload(cfg))
-	rep, runErr := bench.Run(ctx, cfg)
-	rep = rep.Scaled(f.timeScale)
+		map[bench.Mode]string{bench.Closed: "closed", bench.Open: "open"}[cfg.Mode], desc)
+	wall, runErr := bench.Run(ctx, cfg)
+	rep := wall.Scaled(f.timeScale)
+	if f.tr.file != "" {
+		rep.Workload = desc
+	}
 	if len(rep.Levels) > 0 {
 		fmt.Fprintf(stdout, "model %q, %s", rep.Model, rep.Workload)
 		if f.timeScale != 1 {
@@ -253,7 +276,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := rep.WriteTable(stdout); err != nil {
 			return err
 		}
-		if err := writeOutputs(&rep, f.jsonFile, f.plotFile, stdout); err != nil {
+		plotFile := f.plotFile
+		if f.tr.file != "" {
+			if err := f.writeTimeline(&rep, wall, stdout); err != nil {
+				return fmt.Errorf("--plot: %w", err)
+			}
+			if plotFile != "" {
+				fmt.Fprintln(stdout, "plot written to", plotFile)
+			}
+			plotFile = "" // drawn over time above
+		}
+		if err := writeOutputs(&rep, f.jsonFile, plotFile, stdout); err != nil {
 			return err
 		}
 	}

@@ -390,6 +390,11 @@
     const ctl = obj(st.controller);
     let mode = st.adaptive ? 'adaptive cap' : 'static cap';
     if (ctl && ctl.learning === true) mode += ', learning';
+    const ramp = ctl && obj(ctl.ramp);
+    if (ramp && ramp.on === true) {
+      mode += ', ramping' + (Number.isFinite(ramp.toward) && ramp.toward > 0 ? ' toward ' + fmtInt(ramp.toward) : '') +
+        ' (cost so far: ' + fmtInt(ramp.refused) + ' refused, ' + fmtNum(ramp.idle_slot_seconds) + ' idle slot-seconds)';
+    }
     if (st.draining) mode += ', draining';
     $('mode').textContent = mode;
     let reason = '';
