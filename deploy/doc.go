@@ -14,6 +14,14 @@
 //     Operator's types, and a small KEDA ScaledObject type of our own), and
 //     cross-checks ports, probe paths and environment variables against the
 //     gateway's code, so a rename on either side fails a test.
+//   - inferencepool/: an InferencePool of pods with kneecap in front of
+//     the engine, its endpoint picker reading kneecap's series, and a
+//     route that retries a 429 (docs/fleet.md). Its types (the
+//     InferencePool's, the Gateway API's, the picker's configuration)
+//     come with the picker's module, so its checks live in the module
+//     ../epp, which decodes these files strictly and runs the picker's
+//     own code against live gateways; this package's walk of kubernetes/
+//     does not read them.
 //   - prometheus/: recording and alerting rules with promtool unit tests
 //     (rules_test.go runs `promtool check rules` and `promtool test rules`).
 //   - grafana/: the dashboard (dashboard_test.go).

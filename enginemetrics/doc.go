@@ -10,6 +10,7 @@
 //     once, then one per Interval, each cut at Timeout and at MaxBytes),
 //     [Scraper.Latest] (the newest [Reading], ok only while fresh: younger
 //     than three intervals), the [State] of the last scrape.
+//   - lora.go: [LoRA], vLLM's LoRA adapters as it last published them.
 //   - parse.go: a line-by-line parser of the text exposition that looks
 //     only at the names below and holds one line at a time (64 KiB at most;
 //     longer lines are skipped); values that are NaN, infinite, negative or
@@ -31,9 +32,12 @@
 //     vllm:gpu_cache_usage_perc, read when the newer name is absent),
 //     vllm:cache_config_info (an info gauge; the capacity is its labels
 //     num_gpu_blocks x block_size, as CacheConfig.metrics_info writes
-//     them), vllm:num_requests_running, vllm:num_requests_waiting,
-//     vllm:num_preemptions_total. KV tokens are usage x capacity, in whole
-//     blocks. vLLM's usage counts blocks held by requests: cached blocks
+//     them; both kept), vllm:num_requests_running,
+//     vllm:num_requests_waiting, vllm:num_preemptions_total, and
+//     vllm:lora_requests_info (an info gauge whose value is when it was
+//     written: the newest series is kept as [LoRA], its adapter lists cut
+//     at 4 KiB, for the endpoint picker's view in package eppmetrics). KV
+//     tokens are usage x capacity, in whole blocks. vLLM's usage counts blocks held by requests: cached blocks
 //     no request holds are free.
 //   - SGLang (python/sglang/srt/metrics/collector.py, 0.4 and later;
 //     labels model_name and ranks): sglang:token_usage,

@@ -29,6 +29,7 @@ const (
 	fVLLMUsageOld // vllm:gpu_cache_usage_perc
 	fVLLMCapacity // vllm:cache_config_info: num_gpu_blocks x block_size
 	fVLLMPreempt
+	fVLLMLoRA // vllm:lora_requests_info: an info gauge, its labels kept as they are
 	fSGLRunning
 	fSGLWaiting
 	fSGLUsage
@@ -68,6 +69,8 @@ func lookup(name []byte) (engine string, f field) {
 			f = fVLLMCapacity
 		case "num_preemptions_total":
 			f = fVLLMPreempt
+		case "lora_requests_info":
+			f = fVLLMLoRA
 		}
 	case bytes.HasPrefix(name, []byte("sglang:")):
 		engine = EngineSGLang
@@ -154,10 +157,15 @@ func (a *acc) value(k kind) float64 {
 // second family in the same body is ignored), accumulated per field. It
 // never holds more than one line.
 type parser struct {
-	engine   string
-	fields   [numFields]acc
-	rejected int // samples of a field that were rejected
-	matched  int // samples of a field, rejected or not
+	engine string
+	fields [numFields]acc
+	lora   *LoRA   // the newest vllm:lora_requests_info series; nil: none
+	loraAt float64 // its value (vLLM: the time it was written)
+	// blockSize and blocks are vllm:cache_config_info's labels (the last
+	// series); NaN unless known.
+	blockSize, blocks float64
+	rejected          int // samples of a field that were rejected
+	matched           int // samples of a field, rejected or not
 }
 
 // parse reads r to its end (or its first error) and returns what it read.
@@ -208,17 +216,20 @@ func (p *parser) line(b []byte) {
 	}
 	rest := b[end:]
 	var blocks, blockSize float64 = math.NaN(), math.NaN()
+	lora := LoRA{MaxLoRA: -1}
 	if rest[0] == '{' {
 		var ok bool
 		rest, ok = labels(rest[1:], func(name, value []byte) {
-			if f != fVLLMCapacity {
-				return
-			}
-			switch string(name) {
-			case "num_gpu_blocks":
-				blocks = parseInt(value)
-			case "block_size":
-				blockSize = parseInt(value)
+			switch f {
+			case fVLLMCapacity:
+				switch string(name) {
+				case "num_gpu_blocks":
+					blocks = parseInt(value)
+				case "block_size":
+					blockSize = parseInt(value)
+				}
+			case fVLLMLoRA:
+				lora.set(name, value)
 			}
 		})
 		if !ok {
@@ -233,9 +244,20 @@ func (p *parser) line(b []byte) {
 	if err != nil {
 		return // not a sample line
 	}
-	if f == fVLLMCapacity {
+	switch f {
+	case fVLLMCapacity:
 		// An info gauge: the capacity is in its labels.
 		v = blocks * blockSize
+		p.blockSize, p.blocks = blockSize, blocks
+	case fVLLMLoRA:
+		// An info gauge whose value is when vLLM wrote it: the newest
+		// series is the state now.
+		if p.lora == nil || v > p.loraAt {
+			kept := lora // only this one is allocated
+			kept.At = v
+			p.lora, p.loraAt = &kept, v
+		}
+		return
 	}
 	p.matched++
 	if !p.fields[f].add(v, f.kind()) {
@@ -314,8 +336,8 @@ func labels(b []byte, each func(name, value []byte)) (rest []byte, ok bool) {
 // appeared, errInvalid when none of the fields kneecap reads had a usable
 // value.
 func (p *parser) reading() (Reading, error) {
-	r := Reading{Engine: p.engine, KVTokens: math.NaN(), KVUsage: math.NaN(), KVCapacity: math.NaN(),
-		Running: math.NaN(), Waiting: math.NaN(), Preemptions: math.NaN()}
+	r := unknownReading()
+	r.Engine = p.engine
 	if p.engine == "" {
 		return r, errGarbled
 	}
@@ -327,6 +349,10 @@ func (p *parser) reading() (Reading, error) {
 			r.KVUsage = v(fVLLMUsageOld) // vLLM before 0.10 has only the older name
 		}
 		r.KVCapacity = v(fVLLMCapacity)
+		if !math.IsNaN(r.KVCapacity) {
+			r.BlockSize, r.Blocks = p.blockSize, p.blocks
+		}
+		r.LoRA = p.lora
 		r.Running, r.Waiting, r.Preemptions = v(fVLLMRunning), v(fVLLMWaiting), v(fVLLMPreempt)
 	case EngineSGLang:
 		r.KVUsage, r.KVTokens, r.KVCapacity = v(fSGLUsage), v(fSGLUsed), v(fSGLCapacity)

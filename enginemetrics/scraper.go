@@ -84,11 +84,19 @@ type Reading struct {
 	Running, Waiting float64
 	// Preemptions is vLLM's counter of preemptions since it started.
 	Preemptions float64
+	// BlockSize and Blocks are vLLM's cache geometry (the labels
+	// block_size and num_gpu_blocks of vllm:cache_config_info); NaN
+	// unless both are known.
+	BlockSize, Blocks float64
+	// LoRA is vLLM's newest vllm:lora_requests_info series; nil when the
+	// engine publishes none (LoRA off, or another engine). It is never
+	// changed once in a Reading.
+	LoRA *LoRA
 }
 
 func unknownReading() Reading {
 	n := math.NaN()
-	return Reading{KVTokens: n, KVUsage: n, KVCapacity: n, Running: n, Waiting: n, Preemptions: n}
+	return Reading{KVTokens: n, KVUsage: n, KVCapacity: n, Running: n, Waiting: n, Preemptions: n, BlockSize: n, Blocks: n}
 }
 
 // State is the scraper's state, as /status shows it; the failure states

@@ -125,6 +125,20 @@ type Config struct {
 	// three quarters of it); 0 means 1s.
 	EngineMetricsInterval time.Duration `env:"ENGINE_METRICS_INTERVAL" envDefault:"1s"`
 
+	// EPPMetrics, when vllm or sglang, has the traffic port answer GET
+	// /metrics itself, for an endpoint picker (Gateway API Inference
+	// Extension) that scrapes the pod's serving port with its defaults:
+	// the engine's own metrics with its waiting and running requests
+	// replaced by kneecap's view in that family's names (package
+	// eppmetrics). off: /metrics is relayed to the engine unchanged. The
+	// view's kneecap_epp_* series are on the admin port either way.
+	EPPMetrics string `env:"EPP_METRICS" envDefault:"off"`
+	// EPPSaturatedWaiting is the least waiting the view reports while
+	// kneecap refuses or drains (saturated, not broken): the endpoint
+	// picker's queue-depth threshold, so that its saturation detector
+	// reads the pod as full; 0: no floor.
+	EPPSaturatedWaiting int `env:"EPP_SATURATED_WAITING" envDefault:"5"`
+
 	// RefusalStatus is the status of a refusal that is not a drain: 429,
 	// or 503 for a load balancer that can retry a 503 on another replica
 	// but not a 429 (HAProxy 2.6: retry-on takes no 429); the balancer

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kneecap/kneecap/admission/control"
+	"github.com/kneecap/kneecap/eppmetrics"
 	"github.com/kneecap/kneecap/proxy"
 	"github.com/kneecap/kneecap/slo"
 )
@@ -135,6 +136,14 @@ func (c Config) Validate() error {
 		return bad("PassthroughPaths", "each must be a clean absolute path such as /v1/load_lora_adapter (a trailing * opens a prefix)")
 	case c.LogFormat != "text" && c.LogFormat != "json":
 		return bad("LogFormat", "must be text or json")
+	}
+	switch c.EPPMetrics {
+	case "", "off", eppmetrics.VLLM.Family, eppmetrics.SGLang.Family:
+	default:
+		return bad("EPPMetrics", "must be off, vllm or sglang")
+	}
+	if c.EPPSaturatedWaiting < 0 || c.EPPSaturatedWaiting > 1_000_000 {
+		return bad("EPPSaturatedWaiting", "must be between 0 and 1000000")
 	}
 	if err := c.validateEngineMetrics(bad); err != nil {
 		return err

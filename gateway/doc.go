@@ -21,7 +21,7 @@
 //     is the traffic handler (chi router: in-flight tracking, then POST
 //     /v1/chat/completions and /v1/completions admitted and measured, every
 //     other path passed through); [Gateway.AdminHandler] serves /metrics,
-//     /healthz, /readyz, /status and the live page (/, /live/...). [Gateway.Run] listens, serves, runs the
+//     /metrics/epp, /healthz, /readyz, /status and the live page (/, /live/...). [Gateway.Run] listens, serves, runs the
 //     controller and drains on shutdown, all under one errgroup.
 //   - metrics.go: the Prometheus metrics, fed as a proxy.Observer (counters,
 //     histograms) and read at scrape time (gauges of limiter and window);
@@ -69,6 +69,14 @@
 //     own), registers its kneecap_engine_* metrics and hands it to the
 //     controller in [Host].EngineMetrics; [Gateway.EngineMetrics] returns
 //     it (nil when off).
+//   - epp.go and package eppmetrics: the pod as an InferencePool's
+//     endpoint picker reads it. New builds the view from the limiter and
+//     the engine-metrics scraper and registers its kneecap_epp_* series;
+//     with KNEECAP_EPP_METRICS set, the traffic chain answers GET /metrics
+//     with it in an engine's names before the proxy (otherwise nothing is
+//     added in front of the proxy). All of it is computed at scrape time.
+//   - transport.go: the transport to the engine, tuned for many long
+//     streams to one host.
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //   - reqlog.go: the request log (KNEECAP_REQUEST_LOG, package reqlog):
 //     New builds it when a file is named, adds it to the observers, asks

@@ -138,6 +138,7 @@ type Gateway struct {
 	status    StatusReporter
 	metrics   *metrics
 	engine    *enginemetrics.Scraper // nil: off
+	epp       *eppView               // the endpoint picker's view (epp.go)
 	history   *history               // the live page's samples (livehistory.go)
 	scraped   chan struct{}          // closed when the scraper's Run returned (Run sets it)
 	reqlog    *reqlog.Log            // nil: no request log
@@ -208,6 +209,8 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		}
 		g.engine = em
 	}
+
+	g.newEPP()
 
 	ctrl, adaptive, err := g.controller(Host{Config: cfg, Limiter: g.lim, Window: g.win, Registerer: g.registry, Logger: g.log, EngineMetrics: g.engine})
 	if err != nil {
@@ -282,27 +285,6 @@ func (g *Gateway) controller(h Host) (CapControl, bool, error) {
 // default is 1 MiB).
 const maxHeaderBytes = 64 << 10
 
-// newTransport returns the transport to the engine: keep-alive connections
-// enough for every running stream (the default of 2 idle per host would
-// reconnect constantly), each kept idle for less than the engine's own
-// keep-alive (idle; 0 means none is kept), no compression (the relay reads
-// the bytes), no response-header timeout (FirstTokenTimeout and
-// ResponseTimeout bound the wait instead).
-func newTransport(idle time.Duration) *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // the engine is local; never via HTTP_PROXY
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          0,
-		MaxIdleConnsPerHost:   4096,
-		IdleConnTimeout:       idle,
-		DisableKeepAlives:     idle == 0,
-		DisableCompression:    true,
-		ExpectContinueTimeout: time.Second,
-		// Read and write buffers stay at 4 KiB: the event reader buffers
-		// the stream itself, and every running stream holds one of each.
-	}
-}
-
 // trafficRouter builds the traffic handler chain: in-flight tracking (for
 // drain), then the proxy, which routes by its own policy (proxy.Routes):
 // generation routes admitted and measured, engine-time routes admitted,
@@ -312,6 +294,7 @@ func (g *Gateway) trafficRouter() http.Handler {
 	if s := g.cfg.RefusalStatus; s != 0 && s != http.StatusTooManyRequests {
 		h = refusalStatus(s, h)
 	}
+	h = g.eppMetricsRoute(h)
 	return g.track(h)
 }
 
