@@ -122,8 +122,8 @@ func (c *Controller) noteRamp(now time.Time, load Load, interval time.Duration) 
 // level is within the engine's limit, MaxCap and the levels not barred by
 // a recent failure, and the model predicts it meets every class's TPOT,
 // TTFT and E2E targets within rampMargin; past the margin, by a quarter
-// while it meets them and the cap's attainment meets P. A raise the
-// prediction forbids ends the ramp.
+// while it meets them and the requests that finished at the cap (at least
+// measuredMin) met them at P. A raise the prediction forbids ends the ramp.
 func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 	if !c.ramp.on || !c.tab.ok {
 		return 0
@@ -166,8 +166,15 @@ func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 		c.endRamp(now, why)
 		return 0
 	}
-	if a := c.attainment(c.op); attAt(a, c.cap) < c.cfg.Percentile {
-		c.endRamp(now, fmt.Sprintf("at %d the attainment %.2f is below P%.0f", c.cap, attAt(a, c.cap), 100*c.cfg.Percentile))
+	// Past the margin the prediction is no longer enough: the level
+	// passed must have been measured to meet the targets, by requests
+	// that finished there (as many as a lowering needs for evidence).
+	m := c.measured[c.op].get(c.cap)
+	if m.w < measuredMin {
+		return 0 // not measured yet: wait
+	}
+	if m.mean() < c.cfg.Percentile {
+		c.endRamp(now, fmt.Sprintf("at %d %.0f %% of the requests that finished met the targets, below P%.0f", c.cap, 100*m.mean(), 100*c.cfg.Percentile))
 		return 0
 	}
 	return next
