@@ -334,7 +334,6 @@ func All() []Scenario {
 		}),
 		s(25, "dc-prompt-doubles", func(sc *Scenario) {
 			datacenter(sc)
-			sc.ColdStart = false
 			sc.PromptDoubles = true
 			sc.Workload.PromptTokens *= 2
 			sc.Window = 3 * time.Minute
