@@ -24,6 +24,12 @@
 //     request log's), the record gets the prompt's prefix fingerprint
 //     (wire.PromptBlocks); the engine's cached prompt tokens come with its
 //     usage report (wire.Usage.CachedTokens).
+//   - estimate.go: the prompt estimate before the engine answers, learnt
+//     per route and model from the usage reports, and the share of prompt
+//     tokens the engine's prefix cache served per route: admission is
+//     charged the estimate less that share (slo.Record.PromptCharged)
+//     unless Config.NoCachedCost. Both behind one mutex, bounded by the
+//     routes and maxEstimateModels.
 //   - classify.go: [Class] and [Classifier], the hook that gives a request
 //     its priority class, tenant and class targets from its headers (the
 //     gateway's); what the limiter is asked (admission.Request) is built

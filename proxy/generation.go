@@ -77,7 +77,11 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 	if !p.fits(x) {
 		return
 	}
-	areq.PromptTokens, areq.MaxOutput = x.rec.PromptEstimate, outputBound(req)
+	x.rec.PromptCharged = x.rec.PromptEstimate
+	if !p.cfg.NoCachedCost {
+		x.rec.PromptCharged = p.est.uncached(rt.Name, x.rec.PromptEstimate)
+	}
+	areq.PromptTokens, areq.MaxOutput = x.rec.PromptCharged, outputBound(req)
 	x.rec.MaxTokens = areq.MaxOutput
 	if n := p.cfg.PrefixBlockTokens; n > 0 {
 		x.rec.Prefix = wire.PromptBlocks(rt.Shape, body, blockChars(n), MaxPrefixBlocks, nil)
@@ -329,6 +333,7 @@ func (p *Proxy) finish(x *exchange) {
 	}
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
+		p.est.learnCached(rec.Route, rec.PromptTokens, rec.CachedPromptTokens)
 	}
 	lvl := slog.LevelDebug
 	if rec.Outcome&(slo.EngineError) != 0 {

@@ -102,6 +102,12 @@ type Config struct {
 	// wire.PromptBlocks, at most MaxPrefixBlocks of them. Zero means none
 	// (nothing computed, nothing allocated).
 	PrefixBlockTokens int
+	// NoCachedCost charges admission every prompt token as prefill. By
+	// default a request's prompt estimate is charged less the share of
+	// recent prompt tokens on its route that the engine served from its
+	// prefix cache (its usage report's cached tokens; see
+	// slo.Record.PromptCharged).
+	NoCachedCost bool
 	// Observer receives live measurements. nil means none; use Observers
 	// to fan out to several.
 	Observer Observer
