@@ -22,18 +22,8 @@ import (
 type estimator struct {
 	mu   sync.Mutex
 	fits map[estimateKey]*tokenFit
-	hits map[string]*hitShare // per route (the operator's, so bounded)
 }
 
-// hitShare is the share of recent prompt tokens the engine served from
-// its prefix cache (its usage report's cached tokens), each request
-// weighing estimateDecay of the next one: what admission expects of the
-// next prompt on the route (see estimator.uncached). A ratio, not a table
-// of prefix fingerprints: it costs no hashing of the prompt, holds no
-// state a client can grow, and it is the engine's own hit rate, so it
-// falls when the working set of prefixes no longer fits the engine's
-// cache, which a table of what the gateway saw cannot know.
-type hitShare struct{ cached, prompt float64 }
 
 type estimateKey struct{ route, model string }
 
@@ -53,7 +43,7 @@ const (
 )
 
 func newEstimator() *estimator {
-	return &estimator{fits: map[estimateKey]*tokenFit{}, hits: map[string]*hitShare{}}
+	return &estimator{fits: map[estimateKey]*tokenFit{}}
 }
 
 // estimate returns the estimated prompt tokens of a request of route and
@@ -72,41 +62,6 @@ func (e *estimator) estimate(route, model string, m wire.PromptSize) int {
 		return max(m.Tokens, 1)
 	}
 	return int(math.Min(est, math.MaxInt32) + 0.5)
-}
-
-// uncached returns the part of a prompt estimated at est tokens on route
-// that the engine is expected to prefill: est less the share of recent
-// prompt tokens its prefix cache served (at least 1 token).
-func (e *estimator) uncached(route string, est int) int {
-	e.mu.Lock()
-	h := e.hits[route]
-	share := 0.0
-	if h != nil && h.prompt > 0 {
-		share = h.cached / h.prompt
-	}
-	e.mu.Unlock()
-	if !(share > 0) {
-		return est
-	}
-	return max(int(float64(est)*(1-math.Min(share, 1))+0.5), 1)
-}
-
-// learnCached learns the engine's count of cached prompt tokens of a
-// request on route with prompt tokens (its usage report).
-func (e *estimator) learnCached(route string, prompt, cached int) {
-	if prompt <= 0 || cached < 0 {
-		return
-	}
-	c := float64(min(cached, prompt))
-	e.mu.Lock()
-	h := e.hits[route]
-	if h == nil {
-		h = &hitShare{}
-		e.hits[route] = h
-	}
-	h.cached = estimateDecay*h.cached + c
-	h.prompt = estimateDecay*h.prompt + float64(prompt)
-	e.mu.Unlock()
 }
 
 // MaxPrefixBlocks bounds a record's prefix fingerprint (Config.

@@ -34,6 +34,11 @@ type exchange struct {
 	reuse      reuseTrace        // whether the engine request went out on a reused connection
 	chunks     chunkQueue        // later output chunks waiting for their observers
 	tr         *spanState        // the request's span (trace.go); nil without a tracer
+	// cache is the prompt's fingerprint for the prefix cache's prediction
+	// (prefixcache.go), in cacheBuf; cacheShare the share predicted cached.
+	cache      []uint64
+	cacheShare float64
+	cacheBuf   [cacheMaxBlocks]uint64
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
@@ -78,8 +83,9 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		return
 	}
 	x.rec.PromptCharged = x.rec.PromptEstimate
-	if !p.cfg.NoCachedCost {
-		x.rec.PromptCharged = p.est.uncached(rt.Name, x.rec.PromptEstimate)
+	if p.cache != nil {
+		x.cache = cacheBlocks(rt.Shape, body, x.cacheBuf[:0])
+		x.cacheShare, x.rec.PromptCharged = p.cache.predict(x.cache, x.prompt.Chars, x.rec.PromptEstimate)
 	}
 	areq.PromptTokens, areq.MaxOutput = x.rec.PromptCharged, outputBound(req)
 	x.rec.MaxTokens = areq.MaxOutput
@@ -333,7 +339,9 @@ func (p *Proxy) finish(x *exchange) {
 	}
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
-		p.est.learnCached(rec.Route, rec.PromptTokens, rec.CachedPromptTokens)
+	}
+	if p.cache != nil && rec.PromptTokens > 0 && x.cache != nil {
+		p.cache.learn(x.cache, x.cacheShare, rec.PromptTokens, rec.CachedPromptTokens)
 	}
 	lvl := slog.LevelDebug
 	if rec.Outcome&(slo.EngineError) != 0 {

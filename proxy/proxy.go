@@ -103,9 +103,8 @@ type Config struct {
 	// (nothing computed, nothing allocated).
 	PrefixBlockTokens int
 	// NoCachedCost charges admission every prompt token as prefill. By
-	// default a request's prompt estimate is charged less the share of
-	// recent prompt tokens on its route that the engine served from its
-	// prefix cache (its usage report's cached tokens; see
+	// default a request's prompt estimate is charged less the part the
+	// engine's prefix cache is predicted to serve (prefixcache.go; see
 	// slo.Record.PromptCharged).
 	NoCachedCost bool
 	// Observer receives live measurements. nil means none; use Observers
@@ -158,6 +157,7 @@ type Proxy struct {
 	routes    *router
 	bodies    *bodyBudget
 	est       *estimator
+	cache     *prefixCache // nil with Config.NoCachedCost
 	running   atomic.Int64 // generation requests forwarded and not ended
 }
 
@@ -170,6 +170,9 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Limiter = nil // a nil *Limiter in the interface is no limiter
 	}
 	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger, est: newEstimator()}
+	if !cfg.NoCachedCost {
+		p.cache = newPrefixCache()
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		rt = http.DefaultTransport
