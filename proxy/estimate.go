@@ -24,7 +24,6 @@ type estimator struct {
 	fits map[estimateKey]*tokenFit
 }
 
-
 type estimateKey struct{ route, model string }
 
 // tokenFit is the decayed least-squares fit of usage tokens against chars.
