@@ -35,10 +35,9 @@ type exchange struct {
 	chunks     chunkQueue        // later output chunks waiting for their observers
 	tr         *spanState        // the request's span (trace.go); nil without a tracer
 	// cache is the prompt's fingerprint for the prefix cache's prediction
-	// (prefixcache.go), in cacheBuf; cacheShare the share predicted cached.
+	// (prefixcache.go), cacheShare the share predicted cached.
 	cache      []uint64
 	cacheShare float64
-	cacheBuf   [cacheMaxBlocks]uint64
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
@@ -84,7 +83,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 	}
 	x.rec.PromptCharged = x.rec.PromptEstimate
 	if p.cache != nil {
-		x.cache = cacheBlocks(rt.Shape, body, x.cacheBuf[:0])
+		x.cache = cacheBlocks(rt.Shape, body, x.prompt.Chars)
 		x.cacheShare, x.rec.PromptCharged = p.cache.predict(x.cache, x.prompt.Chars, x.rec.PromptEstimate)
 	}
 	areq.PromptTokens, areq.MaxOutput = x.rec.PromptCharged, outputBound(req)
@@ -340,7 +339,7 @@ func (p *Proxy) finish(x *exchange) {
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
 	}
-	if p.cache != nil && rec.PromptTokens > 0 && x.cache != nil {
+	if p.cache != nil && rec.PromptTokens > 0 {
 		p.cache.learn(x.cache, x.cacheShare, rec.PromptTokens, rec.CachedPromptTokens)
 	}
 	lvl := slog.LevelDebug

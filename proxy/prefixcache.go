@@ -61,9 +61,15 @@ func newPrefixCache() *prefixCache {
 	return &prefixCache{cur: map[uint64]struct{}{}, old: map[uint64]struct{}{}}
 }
 
-// blocks appends a prompt body's fingerprint to dst.
-func cacheBlocks(s wire.Shape, body []byte, dst []uint64) []uint64 {
-	return wire.PromptBlocks(s, body, blockChars(cacheBlockTokens), cacheMaxBlocks, dst)
+// cacheBlocks returns the fingerprint of a prompt body whose text
+// measured chars: nil for a prompt shorter than a block, which no block
+// of the table can match (nothing hashed, nothing allocated).
+func cacheBlocks(s wire.Shape, body []byte, chars int) []uint64 {
+	size := blockChars(cacheBlockTokens)
+	if chars < size {
+		return nil
+	}
+	return wire.PromptBlocks(s, body, size, cacheMaxBlocks, make([]uint64, 0, min(chars/size+1, cacheMaxBlocks)))
 }
 
 // predict returns the share of a prompt of chars characters predicted

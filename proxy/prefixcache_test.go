@@ -25,7 +25,7 @@ func TestPrefixCacheTellsWarmFromCold(t *testing.T) {
 	history := words(1, 2000) // about 20,000 characters
 	// Turn one: cold, the engine caches none of it; turn two shares it.
 	b1 := body(history)
-	blocks := cacheBlocks(wire.ShapeOpenAI, b1, nil)
+	blocks := cacheBlocks(wire.ShapeOpenAI, b1, 1<<20)
 	share, _ := c.predict(blocks, len(history), 5000)
 	if share != 0 {
 		t.Fatalf("empty table predicted %.2f cached", share)
@@ -33,17 +33,17 @@ func TestPrefixCacheTellsWarmFromCold(t *testing.T) {
 	c.learn(blocks, share, 5000, 0)
 	for i := range 20 { // turns whose history the engine served from its cache
 		h := history + words(100+i, 300)
-		bl := cacheBlocks(wire.ShapeOpenAI, body(h), nil)
+		bl := cacheBlocks(wire.ShapeOpenAI, body(h), 1<<20)
 		s, _ := c.predict(bl, len(h), 5700)
 		c.learn(bl, s, 5700, 5000)
 	}
 	warm := history + words(7, 300)
-	bw := cacheBlocks(wire.ShapeOpenAI, body(warm), nil)
+	bw := cacheBlocks(wire.ShapeOpenAI, body(warm), 1<<20)
 	if _, charge := c.predict(bw, len(warm), 5700); charge > 1500 {
 		t.Errorf("a continued conversation of 5,700 tokens, 5,000 served before: charged %d", charge)
 	}
 	cold := words(9, 2300)
-	bc := cacheBlocks(wire.ShapeOpenAI, body(cold), nil)
+	bc := cacheBlocks(wire.ShapeOpenAI, body(cold), 1<<20)
 	if _, charge := c.predict(bc, len(cold), 5700); charge < 5000 {
 		t.Errorf("a new conversation of 5,700 tokens: charged %d, want nearly all", charge)
 	}
