@@ -64,3 +64,18 @@ func TestPrefixCacheBounded(t *testing.T) {
 		t.Fatalf("%d fingerprints held, want at most %d", n, 2*cacheTableGen)
 	}
 }
+
+// BenchmarkPrefixCacheLongPrompt is the prediction's cost on a request
+// whose prompt is about 10,000 tokens (40,000 characters): its
+// fingerprint, the lookup and the learning.
+func BenchmarkPrefixCacheLongPrompt(b *testing.B) {
+	text := strings.Repeat("lorem ipsum dolor sit amet ", 1500)
+	body := []byte(`{"model":"m","messages":[{"role":"user","content":"` + text + `"}]}`)
+	c := newPrefixCache()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		bl := cacheBlocks(wire.ShapeOpenAI, body, len(text))
+		share, _ := c.predict(bl, len(text), 10000)
+		c.learn(bl, share, 10000, 9000)
+	}
+}
