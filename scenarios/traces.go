@@ -91,12 +91,13 @@ func (w *TraceWindow) replay(t Timing) (func(*bench.Config), error) {
 		return nil, err
 	}
 	tr = tr.Scale(w.Speed, TraceLengths)
-	// The trace's times are whole milliseconds: request i arrives i x 13
-	// ns later, so that no two arrivals, nor an arrival and a timer a
-	// whole number of milliseconds after another (a queue-wait bound),
-	// share an instant of the bubble, and the run is repeatable.
+	// The trace's times are whole milliseconds: request i arrives 517 +
+	// 13 i ns later, so that no two arrivals, nor an arrival and the
+	// start of the run or a timer a whole number of milliseconds after
+	// another (a queue-wait bound), share an instant of the bubble, and
+	// the run is repeatable.
 	for i := range tr.Requests {
-		tr.Requests[i].At += time.Duration(i) * 13 * time.Nanosecond
+		tr.Requests[i].At += time.Duration(517+13*i) * time.Nanosecond
 	}
 	rp := &trace.Replay{Trace: tr, Block: traceBlock}
 	return func(cfg *bench.Config) {
@@ -137,5 +138,5 @@ func (s *Suite) traceChecks(sc Scenario, row *Row, ad, eng, or RunResult, add fu
 // traceNotMet are the trace scenarios where the adaptive gateway is
 // behind a peer on the run of 2026-12-06 (seed 1): the peer of vLLM's
 // max_num_queued_tokens, given the best static cap found after the fact
-// (30: 1.944 against 1.883; 31: 6.625 against 6.558 good req/s).
+// (30: 1.944 against 1.839; 31: 6.625 against 6.558 good req/s).
 var traceNotMet = map[int]bool{30: true, 31: true}
