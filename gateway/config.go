@@ -182,6 +182,12 @@ type Config struct {
 	// meets the TPOT target (see admission.Limiter.SetCosts). false keeps
 	// the budget in requests only.
 	TokenBudget bool `env:"TOKEN_BUDGET" envDefault:"true"`
+	// CachedCost charges a prompt's prefill as its uncached part: the
+	// token model learns from the engine's usage count less the cached
+	// tokens it reports, and admission charges a prompt estimate less the
+	// share of recent prompt tokens the engine's prefix cache served (see
+	// proxy.Config.NoCachedCost). false charges every prompt token.
+	CachedCost bool `env:"CACHED_COST" envDefault:"true"`
 	// MaxModelLen is the engine's context length in tokens: a request
 	// whose prompt is estimated beyond it gets the engine's 400 before it
 	// queues (see proxy.Config.MaxModelLen). 0: no check.

@@ -20,7 +20,7 @@ func TestConfigDefaults(t *testing.T) {
 		ClientIdleTimeout: 2 * time.Minute, MaxBodyBytesTotal: 256 << 20, SLOHeaders: "any",
 		SLOHeaderFloorTTFT: 100 * time.Millisecond, SLOHeaderFloorTPOT: 5 * time.Millisecond, SLOHeaderFloorE2E: 500 * time.Millisecond,
 		DrainTimeout: 30 * time.Second, UpstreamHealthPath: "/health", RefusalStatus: 429, LogFormat: "text",
-		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true, TokenBudget: true, StateMaxAge: 24 * time.Hour,
+		SLOPercentile: 0.9, MinCap: 1, PrefillPacing: true, TokenBudget: true, CachedCost: true, StateMaxAge: 24 * time.Hour,
 		EngineMetrics: "/metrics", EngineMetricsInterval: time.Second, EPPMetrics: "off", EPPSaturatedWaiting: 5,
 		ClassHeader: "x-kneecap-class", FairPromptWeight: 1, FairOutputWeight: 2, MaxTenants: 4096, TenantMetrics: 10,
 		RequestLogMaxBytes: 100 << 20, RequestLogFiles: 4, RequestLogBuffer: 4096}

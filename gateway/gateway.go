@@ -245,7 +245,7 @@ func New(cfg Config, opts ...Option) (*Gateway, error) {
 		ResponseTimeout: cfg.ResponseTimeout, StreamIdleTimeout: cfg.StreamIdleTimeout,
 		ClientWriteTimeout: cfg.ClientWriteTimeout,
 		MaxBodyBytes:       cfg.MaxBodyBytes, MaxBodyBytesTotal: cfg.MaxBodyBytesTotal,
-		MaxModelLen: cfg.MaxModelLen, PrefixBlockTokens: prefixBlock,
+		MaxModelLen: cfg.MaxModelLen, PrefixBlockTokens: prefixBlock, NoCachedCost: !cfg.CachedCost,
 		Headers: cfg.HeaderPolicy(), Passthrough: cfg.PassthroughPaths, Classify: classes.classify,
 		Observer: observers, Logger: g.log, Tracer: g.tracer.Tracer(), Spans: g.spans(),
 	})

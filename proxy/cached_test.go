@@ -50,3 +50,41 @@ func TestCachedPromptTokensAndPrefix(t *testing.T) {
 		}
 	})
 }
+
+// Admission is charged a prompt's uncached part: after requests whose
+// prompts the engine served 90 % from its prefix cache, the next one is
+// charged about a tenth of its estimate, and, when the hit rate falls to
+// nothing, its whole estimate again; with NoCachedCost always the whole.
+func TestChargedPromptFollowsHitRate(t *testing.T) {
+	cached := 36
+	engine := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n")
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":40,\"completion_tokens\":1,\"total_tokens\":41,\"prompt_tokens_details\":{\"cached_tokens\":%d}}}\n\ndata: [DONE]\n\n", cached)
+	})
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("NoCachedCost=%v", off), func(t *testing.T) {
+			s := newSetup(t, engine, Config{NoCachedCost: off})
+			charged := func(n int) (got, est int) {
+				for range n {
+					readAll(t, post(t, s.gateway.URL, "/v1/chat/completions", chatBodyUsage))
+				}
+				rec := s.rec.last(t)
+				return rec.PromptCharged, rec.PromptEstimate
+			}
+			cached = 36
+			charged(60)
+			got, est := charged(1)
+			if want := est; off && got != want {
+				t.Fatalf("90%% cached, NoCachedCost: charged %d, want the estimate %d", got, want)
+			} else if !off && (got*5 > est || got < 1) {
+				t.Fatalf("90%% cached: charged %d of an estimate of %d, want about a tenth", got, est)
+			}
+			cached = 0
+			got, est = charged(200)
+			if got*10 < est*9 {
+				t.Fatalf("hit rate fell to 0: charged %d of %d, want nearly all", got, est)
+			}
+		})
+	}
+}

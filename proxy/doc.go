@@ -24,6 +24,14 @@
 //     request log's), the record gets the prompt's prefix fingerprint
 //     (wire.PromptBlocks); the engine's cached prompt tokens come with its
 //     usage report (wire.Usage.CachedTokens).
+//   - estimate.go: the prompt estimate before the engine answers, learnt
+//     per route and model from the usage reports (bounded by
+//     maxEstimateModels), behind its mutex.
+//   - prefixcache.go: the part of a prompt the engine's prefix cache is
+//     predicted to serve, from a bounded table of the fingerprints of the
+//     prompts it recently served, corrected by the cached tokens it
+//     reports; admission is charged the estimate less it
+//     (slo.Record.PromptCharged) unless Config.NoCachedCost.
 //   - classify.go: [Class] and [Classifier], the hook that gives a request
 //     its priority class, tenant and class targets from its headers (the
 //     gateway's); what the limiter is asked (admission.Request) is built

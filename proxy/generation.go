@@ -34,6 +34,10 @@ type exchange struct {
 	reuse      reuseTrace        // whether the engine request went out on a reused connection
 	chunks     chunkQueue        // later output chunks waiting for their observers
 	tr         *spanState        // the request's span (trace.go); nil without a tracer
+	// cache is the prompt's fingerprint for the prefix cache's prediction
+	// (prefixcache.go), cacheShare the share predicted cached.
+	cache      []uint64
+	cacheShare float64
 }
 
 func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route) {
@@ -77,7 +81,12 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 	if !p.fits(x) {
 		return
 	}
-	areq.PromptTokens, areq.MaxOutput = x.rec.PromptEstimate, outputBound(req)
+	x.rec.PromptCharged = x.rec.PromptEstimate
+	if p.cache != nil {
+		x.cache = cacheBlocks(rt.Shape, body, x.prompt.Chars)
+		x.cacheShare, x.rec.PromptCharged = p.cache.predict(x.cache, x.prompt.Chars, x.rec.PromptEstimate)
+	}
+	areq.PromptTokens, areq.MaxOutput = x.rec.PromptCharged, outputBound(req)
 	x.rec.MaxTokens = areq.MaxOutput
 	if n := p.cfg.PrefixBlockTokens; n > 0 {
 		x.rec.Prefix = wire.PromptBlocks(rt.Shape, body, blockChars(n), MaxPrefixBlocks, nil)
@@ -329,6 +338,9 @@ func (p *Proxy) finish(x *exchange) {
 	}
 	if rec.PromptTokens > 0 && rec.Choices == 0 {
 		p.est.learn(rec.Route, rec.Model, x.prompt, rec.PromptTokens)
+	}
+	if p.cache != nil && rec.PromptTokens > 0 {
+		p.cache.learn(x.cache, x.cacheShare, rec.PromptTokens, rec.CachedPromptTokens)
 	}
 	lvl := slog.LevelDebug
 	if rec.Outcome&(slo.EngineError) != 0 {

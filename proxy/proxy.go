@@ -102,6 +102,11 @@ type Config struct {
 	// wire.PromptBlocks, at most MaxPrefixBlocks of them. Zero means none
 	// (nothing computed, nothing allocated).
 	PrefixBlockTokens int
+	// NoCachedCost charges admission every prompt token as prefill. By
+	// default a request's prompt estimate is charged less the part the
+	// engine's prefix cache is predicted to serve (prefixcache.go; see
+	// slo.Record.PromptCharged).
+	NoCachedCost bool
 	// Observer receives live measurements. nil means none; use Observers
 	// to fan out to several.
 	Observer Observer
@@ -152,6 +157,7 @@ type Proxy struct {
 	routes    *router
 	bodies    *bodyBudget
 	est       *estimator
+	cache     *prefixCache // nil with Config.NoCachedCost
 	running   atomic.Int64 // generation requests forwarded and not ended
 }
 
@@ -164,6 +170,9 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Limiter = nil // a nil *Limiter in the interface is no limiter
 	}
 	p := &Proxy{cfg: cfg, obs: cfg.Observer, log: cfg.Logger, est: newEstimator()}
+	if !cfg.NoCachedCost {
+		p.cache = newPrefixCache()
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		rt = http.DefaultTransport

@@ -51,6 +51,10 @@
 //     agent-check) against replicas alone: TestFleetComposes.
 //     scaling_fleet.go: the fleet itself (its replicas, the balancer, the
 //     agent-check, the scrape and the autoscaler).
+//   - traces.go: scenarios 30-31, windows of Mooncake's production traces
+//     (testdata/) replayed open loop through bench/trace with the engine's
+//     prefix cache on ([TraceWindow]), and their checks; 31 also runs the
+//     adaptive gateway without cached-token cost (Mode.Env).
 //   - scenarios_test.go, flags_test.go: TestScenarios, the way to run the
 //     suite (synctest needs a test): the full sweep checked against the
 //     issue's thresholds, or what its flags choose (scenarios, caps, seed,

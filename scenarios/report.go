@@ -195,6 +195,8 @@ func (s *Suite) row(sc Scenario) Row {
 		}
 		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.97, "adaptive >= 0.97 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
 		add(float64(ad.Failed) <= 1.05*float64(or.Failed)+1, "failed SDK requests at most 5 %% more than the oracle's (%d vs %d)", ad.Failed, or.Failed)
+	case 30, 31: // traces.go
+		s.traceChecks(sc, &row, ad, eng, or, add)
 	case 1, 2, 6, 7, 8, 19, 20:
 		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.95, "adaptive >= 0.95 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
 	case 3:
@@ -260,7 +262,7 @@ func (s *Suite) row(sc Scenario) Row {
 	}
 	short := false
 	for _, g := range row.Peers {
-		if id >= 9 && id <= 12 {
+		if id >= 9 && id <= 12 || id >= 30 {
 			break // checked above, unconditionally
 		}
 		if g < row.OracleGoodput {

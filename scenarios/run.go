@@ -33,6 +33,9 @@ type Mode struct {
 	// with a refused request in place of the suite's (bench.ParseClients):
 	// the adaptive gateway with today's clients beside the SDKs'.
 	Clients string
+	// Env, when set, is one KNEECAP_* setting of the gateway beyond the
+	// run's (traces.go: an adaptive gateway without cached-token cost).
+	Env string
 }
 
 func (m Mode) String() string {
@@ -46,8 +49,8 @@ func (m Mode) String() string {
 			return fmt.Sprintf("engine-%d", m.Cap)
 		}
 	case "adaptive":
-		if m.Clients != "" {
-			return "adaptive-" + m.Clients
+		if m.Clients != "" || m.Env != "" {
+			return "adaptive-" + m.Clients + m.Env
 		}
 	}
 	return m.Kind
@@ -109,6 +112,10 @@ const eventSpacing = time.Microsecond
 func (r Run) execute(ctx context.Context) (RunResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	replay, err := r.Scenario.Trace.replay(r.Timing)
+	if err != nil {
+		return RunResult{}, err
+	}
 	quiet := slog.New(slog.DiscardHandler)
 	if debugLog != nil {
 		quiet = debugLog
@@ -160,6 +167,9 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 			}
 			stateDir = filepath.Dir(path)
 			r.Env = append(slices.Clip(r.Env), "KNEECAP_STATE_FILE="+path)
+		}
+		if r.Mode.Env != "" {
+			r.Env = append(slices.Clip(r.Env), r.Mode.Env)
 		}
 		fe, err = newFrontend(r, engE, gwE.ln, adminE.ln, quiet)
 		if err != nil {
@@ -240,6 +250,7 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		cfg.Levels = []float64{r.Scenario.rate(r.KneeCapacity)}
 		cfg.Interarrival = r.Scenario.interarrival()
 	}
+	replay(&cfg)
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil && !errors.Is(err, bench.ErrTimeout) {
 		return RunResult{}, err

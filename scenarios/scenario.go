@@ -108,6 +108,8 @@ type Scenario struct {
 	// held at its end, as a gateway restarted in front of a busy engine:
 	// the suite runs it after that scenario.
 	RestoreOf int
+	// Trace, when set, replays a window of a production trace (traces.go).
+	Trace *TraceWindow
 }
 
 // Targets returns the scenario's targets for requests without a header.
@@ -245,7 +247,7 @@ func All() []Scenario {
 		f(&sc)
 		return sc
 	}
-	return []Scenario{
+	return append([]Scenario{
 		s(1, "closed-64-bf16", func(sc *Scenario) { sc.Users, sc.AloneSweep = 64, true }),
 		s(2, "closed-64-fp8", func(sc *Scenario) { sc.Users, sc.AloneSweep = 64, true; sc.Profile = sim.GB10FP8 }),
 		s(3, "open-2x-knee", func(sc *Scenario) { sc.KneeShare = 2 }),
@@ -352,7 +354,7 @@ func All() []Scenario {
 			sc.NoStreamShare = 0.5
 			sc.MaxSweptCap, sc.Window, sc.NoPeers = 20, 6*time.Minute, true
 		}),
-	}
+	}, traceScenarios()...)
 }
 
 // ByID returns the scenario with the given ID.

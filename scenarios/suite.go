@@ -150,7 +150,7 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
 	}
-	needsKnee := func(sc Scenario) bool { return sc.Users == 0 || sc.RestoreOf > 0 }
+	needsKnee := func(sc Scenario) bool { return (sc.Users == 0 && sc.Trace == nil) || sc.RestoreOf > 0 }
 	var first, second []Scenario
 	for _, sc := range s.Scenarios {
 		if needsKnee(sc) {
@@ -196,7 +196,7 @@ func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Co
 
 // modes lists the runs of one scenario.
 func (s *Suite) modes(sc Scenario) []Mode {
-	m := []Mode{{Kind: "engine"}, {Kind: "adaptive"}}
+	m := append([]Mode{{Kind: "engine"}, {Kind: "adaptive"}}, sc.traceModes()...)
 	if sc.Users > 0 && s.clients(sc) != bench.ClientsNext {
 		m = append(m, Mode{Kind: "adaptive", Clients: "next"}) // today's clients
 	}

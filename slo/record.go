@@ -143,8 +143,13 @@ type Record struct {
 	// did not say.
 	CachedPromptTokens int `json:"cached_prompt_tokens,omitempty"`
 	// PromptEstimate is the prompt tokens the gateway estimated from the
-	// body before the engine answered (what admission used).
+	// body before the engine answered (what the context check used).
 	PromptEstimate int `json:"prompt_estimate,omitempty"`
+	// PromptCharged is the part of PromptEstimate admission charged as
+	// prefill: the estimate less the share of recent prompt tokens the
+	// engine's prefix cache served (all of it when the gateway does not
+	// count cached tokens).
+	PromptCharged int `json:"prompt_charged,omitempty"`
 	// PrefillAhead is the prompt tokens (estimated) of the requests that
 	// still waited for their first token when this one was granted its
 	// slot, and PrefillSpan the time from the grant of the oldest of them

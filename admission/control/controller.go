@@ -59,6 +59,12 @@ type ControllerConfig struct {
 	// of the engine's costs in tokens is still learned (and shown), but
 	// not handed to the limiter (KNEECAP_TOKEN_BUDGET=false).
 	NoTokenBudget bool
+	// NoCachedCost makes the token model learn prefill from whole prompts.
+	// By default it learns from their uncached part (the engine's usage
+	// count less the cached tokens it reported), the part the engine
+	// prefilled, and the mean prompt from what admission charged
+	// (slo.Record.PromptCharged) (KNEECAP_CACHED_COST=false).
+	NoCachedCost bool
 	// Prior, when set and valid, seeds the token model with costs a
 	// previous controller learnt on the same engine (a state file).
 	Prior *Prior
@@ -117,7 +123,9 @@ type Finished struct {
 	// felt them (queue wait included); kept for the measured attainment.
 	Good bool
 	// PromptTokens is the engine's count of the prompt (usage), and
-	// PromptEstimate the gateway's estimate before the engine answered.
+	// PromptEstimate the gateway's estimate before the engine answered:
+	// the part the engine prefilled and admission charged (less its cached
+	// tokens) unless ControllerConfig.NoCachedCost.
 	PromptTokens, PromptEstimate int
 	// PrefillAhead, PrefillSpan and PrefillStep are the prefill work ahead
 	// of the request when it was granted and the decode step predicted

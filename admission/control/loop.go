@@ -323,6 +323,12 @@ func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 		PrefillAhead: rec.PrefillAhead, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
 		GrantRunning: rec.GrantRunning,
 	}
+	if !r.c.cfg.NoCachedCost {
+		f.PromptTokens = max(rec.PromptTokens-max(rec.CachedPromptTokens, 0), 0)
+		if rec.PromptCharged > 0 {
+			f.PromptEstimate = rec.PromptCharged
+		}
+	}
 	r.lock()
 	r.c.ObserveDone(now, f)
 	r.mu.Unlock()
