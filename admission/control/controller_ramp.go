@@ -153,6 +153,17 @@ func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 		c.endRamp(now, fmt.Sprintf("level %d failed recently", c.cap+1))
 		return 0
 	}
+	// A class its clients do not stream is judged by E2E alone, which
+	// shows only at the end: the level passed must have been measured to
+	// meet it (requests that finished there), as past the margin below.
+	for _, k := range classes {
+		if k.t.TTFT > 0 || k.t.TPOT > 0 || k.t.E2E <= 0 {
+			continue
+		}
+		if m := c.measured[k.t].get(c.cap); m.w < measuredMin || m.mean() < c.cfg.Percentile {
+			return 0
+		}
+	}
 	c.ramp.narrow = false
 	if why := c.rampMiss(next, classes, rampMargin); why == "" {
 		return next
@@ -306,15 +317,16 @@ func (c *Controller) prior() Prior {
 // the ramp doubles the cap: every settleTime a doubling adds cap slots at
 // once, so the k-th comes with the doubling that brings the new slots
 // past k, settleTime x ceil(log2(1 + k/cap)) from the last change, within
-// the levels the ramp may reach (MaxCap, the engine's limit). False when
-// the ramp does not double now (off, or by quarters): the releases of the
-// cap's own requests then say when (PredictWait). A refused request told
+// the levels the ramp may reach (MaxCap, the engine's limit). False unless
+// the cap is the ramp's last doubling (off, by quarters, not yet doubled,
+// or held for a class judged by E2E): the releases of the cap's own
+// requests then say when (PredictWait). A refused request told
 // the wait of a cap that doubles before it returns comes back to slots
 // that stood idle meanwhile (on the 70B scenario, users told at cap 2
 // returned half a minute later, at cap 16, to a gateway that had run 4).
 func (c *Controller) rampWait(now time.Time, ahead int) (time.Duration, bool) {
-	if !c.ramp.on || c.ramp.narrow || c.cap < 1 {
-		return 0, false
+	if !c.ramp.on || c.ramp.narrow || c.ramp.toward != c.cap || c.cap < 1 {
+		return 0, false // not doubling: the cap is not the ramp's last doubling
 	}
 	top := min(c.cfg.MaxCap, c.engineBound(now))
 	k := float64(ahead + 1)
