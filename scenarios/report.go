@@ -420,7 +420,7 @@ var notMet = map[int][]string{
 // half-streamed mix settles on serving one half or the other from the
 // first seconds on, and on seed 1 it now settles on the other half. Over
 // seeds 1-6 the adaptive gateway's goodput is the same as before (today's
-// clients: 2.083 against 2.081 req/s on average; docs/datacenter.md).
+// clients: 2.075 against 2.081 req/s on average; docs/datacenter.md).
 var mixNotMet = map[int][]string{
 	20: {"SDK clients: adaptive >= the best static cap", "today's clients"},
 }
