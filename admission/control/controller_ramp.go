@@ -128,6 +128,13 @@ func (c *Controller) rampDouble(now time.Time, load Load, classes []class) int {
 	if !c.ramp.on || !c.tab.ok {
 		return 0
 	}
+	if c.tenantBounded() {
+		// A tenant held by its own demand beside others: a raise slows
+		// it to serve one no worse off, so the cap moves one level at a
+		// time (max-min; see raiseTo).
+		c.endRamp(now, "a tenant is held below its share by its own demand")
+		return 0
+	}
 	if float64(load.PeakRunning) < rampMinRun*float64(c.cap) {
 		// Not tried yet: wait, but not for long. A cap the engine does
 		// not fill (the demand, or the token budget, binds first) is no
@@ -317,7 +324,8 @@ func (c *Controller) prior() Prior {
 // the ramp doubles the cap: every settleTime a doubling adds cap slots at
 // once, so the k-th comes with the doubling that brings the new slots
 // past k, settleTime x ceil(log2(1 + k/cap)) from the last change, within
-// the levels the ramp may reach (MaxCap, the engine's limit). False unless
+// the levels the ramp may reach (the doublings predicted within
+// rampMargin, MaxCap, the engine's limit). False unless
 // the cap is the ramp's last doubling (off, by quarters, not yet doubled,
 // or held for a class judged by E2E): the releases of the cap's own
 // requests then say when (PredictWait). A refused request told
@@ -328,7 +336,13 @@ func (c *Controller) rampWait(now time.Time, ahead int) (time.Duration, bool) {
 	if !c.ramp.on || c.ramp.narrow || c.ramp.toward != c.cap || c.cap < 1 {
 		return 0, false // not doubling: the cap is not the ramp's last doubling
 	}
-	top := min(c.cfg.MaxCap, c.engineBound(now))
+	// The levels the ramp may reach: doublings predicted within the
+	// margin, within MaxCap and the engine's limit.
+	top, bound := c.cap, min(c.cfg.MaxCap, c.engineBound(now))
+	classes := c.classShares(now)
+	for top < bound && c.rampMiss(min(2*top, bound), classes, rampMargin) == "" {
+		top = min(2*top, bound)
+	}
 	k := float64(ahead + 1)
 	if float64(top-c.cap) < k {
 		return 0, false // beyond the levels the ramp may reach
