@@ -319,38 +319,3 @@ func (c *Controller) prior() Prior {
 	}
 	return p
 }
-
-// rampWait is when the k-th slot (k = ahead+1) is predicted to free while
-// the ramp doubles the cap: every settleTime a doubling adds cap slots at
-// once, so the k-th comes with the doubling that brings the new slots
-// past k, settleTime x ceil(log2(1 + k/cap)) from the last change, within
-// the levels the ramp may reach (the doublings predicted within
-// rampMargin, MaxCap, the engine's limit). False unless
-// the cap is the ramp's last doubling (off, by quarters, not yet doubled,
-// or held for a class judged by E2E): the releases of the cap's own
-// requests then say when (PredictWait). A refused request told
-// the wait of a cap that doubles before it returns comes back to slots
-// that stood idle meanwhile (on the 70B scenario, users told at cap 2
-// returned half a minute later, at cap 16, to a gateway that had run 4).
-func (c *Controller) rampWait(now time.Time, ahead int) (time.Duration, bool) {
-	if !c.ramp.on || c.ramp.narrow || c.ramp.toward != c.cap || c.cap < 1 {
-		return 0, false // not doubling: the cap is not the ramp's last doubling
-	}
-	// The levels the ramp may reach: doublings predicted within the
-	// margin, within MaxCap and the engine's limit.
-	top, bound := c.cap, min(c.cfg.MaxCap, c.engineBound(now))
-	classes := c.classShares(now)
-	for top < bound && c.rampMiss(min(2*top, bound), classes, rampMargin) == "" {
-		top = min(2*top, bound)
-	}
-	k := float64(ahead + 1)
-	if float64(top-c.cap) < k {
-		return 0, false // beyond the levels the ramp may reach
-	}
-	steps := math.Ceil(math.Log2(1 + k/float64(c.cap)))
-	next := c.changedAt.Add(settleTime)
-	if next.Before(now) {
-		next = now
-	}
-	return next.Sub(now) + time.Duration(steps-1)*settleTime, true
-}

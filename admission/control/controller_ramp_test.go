@@ -113,27 +113,3 @@ func TestPriorSeedsTheTokenBudget(t *testing.T) {
 		}
 	}
 }
-
-// While the cap doubles, a refused request is told when the doubling that
-// brings a slot for it comes, not the releases of the cap it was refused
-// at; once the ramp ended, the releases again.
-func TestRampPromisesTheDoublingsSlot(t *testing.T) {
-	e := h100Like()
-	c := NewController(ControllerConfig{TPOT: 50 * time.Millisecond})
-	now, caps := e.run(t, c, t0, 4*time.Second)
-	if !c.ramp.on || c.ramp.narrow {
-		t.Fatalf("not doubling after 4 s: ramp %+v, caps %v", c.ramp, caps)
-	}
-	ahead := 100
-	k := float64(ahead + 1)
-	bound := time.Duration(math.Ceil(math.Log2(1+k/float64(c.Cap())))) * settleTime
-	ramping := c.Promise(now, ahead, Query{SDK: true})
-	if ramping > bound {
-		t.Fatalf("promise while doubling from %d: %v, want at most %v", c.Cap(), ramping, bound)
-	}
-	c.endRamp(now, "test")
-	c.promises = nil
-	if after := c.Promise(now, ahead, Query{SDK: true}); after <= ramping {
-		t.Fatalf("promise after the ramp %v, not longer than while doubling (%v)", after, ramping)
-	}
-}

@@ -477,9 +477,6 @@ func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, q Q
 	if !ok {
 		return time.Second
 	}
-	if w, ok := c.rampWait(now, ahead+len(c.promises)); ok && w < wait {
-		wait = w
-	}
 	if wait <= c.horizon(q) {
 		c.promises = append(c.promises, now.Add(wait))
 	}
