@@ -427,6 +427,17 @@ var dcNotMet = map[int][]string{
 
 const dcNotMetReason = "not met: the 70B engine's start, see docs/datacenter.md"
 
+// rampNotMet are the misses of existing scenarios since the ramp on seed 1
+// (the sweep of 2026-12-06, docs/datacenter.md): 5's adaptive with SDK
+// clients 0.966 of the best static cap (1.002 before), 18's with today's
+// clients 0.988 of the oracle (1.001 before). Work to do.
+var rampNotMet = map[int][]string{
+	5:  {"SDK clients: adaptive >= the best static cap"},
+	18: {"today's clients"},
+}
+
+const rampNotMetReason = "not met since the ramp, see docs/datacenter.md"
+
 // mixNotMet are the misses of scenario 20 on seed 1 since the ramp: its
 // half-streamed mix settles on serving one half or the other from the
 // first seconds on, and on seed 1 it now settles on the other half. Over
@@ -461,6 +472,11 @@ func markNotMet(id int, checks []Check) {
 		for _, p := range dcNotMet[id] {
 			if !checks[i].OK && strings.HasPrefix(checks[i].What, p) {
 				checks[i].Reported = dcNotMetReason
+			}
+		}
+		for _, p := range rampNotMet[id] {
+			if !checks[i].OK && strings.HasPrefix(checks[i].What, p) {
+				checks[i].Reported = rampNotMetReason
 			}
 		}
 	}
