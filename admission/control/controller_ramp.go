@@ -19,10 +19,12 @@ import (
 // (rampMargin of the TPOT and TTFT targets, for every class of targets
 // with requests), the cap doubles each settleTime, whatever the model's
 // goodput curve says (a curve learnt from low levels flattens where it
-// stops knowing, not where the engine does). The first level whose
-// prediction eats the margin, or the first lowering, ends the ramp, and
-// the careful moves narrow between the last good level and the first bad
-// one from there. A level barred for a recent failure stops it too.
+// stops knowing, not where the engine does). Past the margin it grows by a
+// quarter, from a level measured to meet the targets; the first predicted
+// miss, the first lowering, a level barred for a recent failure, a bound,
+// a tenant held below its share or a cap the engine does not fill ends
+// the ramp, and the careful moves narrow between the last good level and
+// the first bad one from there.
 //
 // The ramp starts on with every controller (a cold start or a start from
 // a saved state) and never restarts: a shift that moves the knee is
@@ -31,11 +33,11 @@ import (
 // Constants of the ramp, and why each has its value.
 const (
 	// rampMargin is the share of a target the predicted P-quantile of
-	// TPOT and of engine TTFT at the doubled level must stay within for
-	// the cap to double: past it the careful moves go on. With 0.6, on
-	// the H100-class 8B scenario (TPOT target 50 ms) the ramp ends near
-	// 60-90 running, where a static cap still meets P90 by far, and
-	// leaves the last doubling (to 128-180, where it does not) to them.
+	// TPOT, engine TTFT and E2E at the doubled level must stay within for
+	// the cap to double: past it the ramp grows by quarters from measured
+	// levels. With 0.6, on the H100 8B scenario (TPOT target 50 ms) the
+	// doublings end at 64, where a static cap still meets P90 by far, and
+	// leave the way to 128-200 to measured steps.
 	rampMargin = 0.6
 	// rampMinRun is the share of the cap that must have run at once since
 	// the previous decision for a doubling: the level passed must have
