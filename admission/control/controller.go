@@ -6,23 +6,6 @@ import (
 	"github.com/kneecap/kneecap/slo"
 )
 
-// DefaultMaxCap is the highest cap the controller sets when MaxCap is unset
-// (KNEECAP_MAX_CAP): far above any engine's knee, so that it bounds only a
-// runaway.
-const DefaultMaxCap = 512
-
-// CapLimit is the highest cap a setting may ask for (KNEECAP_MAX_CAP,
-// KNEECAP_MIN_CAP, KNEECAP_MAX_CONCURRENCY; gateway.Config.Validate holds
-// them to it): four times the largest default
-// of vLLM's max_num_seqs (1024 on GPUs of 70 GiB or more, 256 on others),
-// the most sequences an engine batches at once. A higher cap bounds
-// nothing, and what the controller keeps per level may grow to it.
-const CapLimit = 4096
-
-// maxClasses bounds the target classes the controller keeps (see
-// ObserveDone).
-const maxClasses = 16
-
 // ControllerConfig sets the adaptive controller. The zero value of every
 // field means its default.
 type ControllerConfig struct {
@@ -171,25 +154,6 @@ type Decision struct {
 	// Reason explains the cap (the last change, or why it holds).
 	Reason string
 }
-
-// Constants of the control law; they are physics and statistics, not
-// per-workload tuning, and are the same in every scenario.
-const (
-	// hysteresis: raise only to a level whose predicted attainment is at
-	// least P + hysteresis; lower when the cap's is below P.
-	hysteresis = 0.04
-	// settleTime is the least time between two changes of the cap, so that
-	// the new level is measured before the next step.
-	settleTime = 2 * time.Second
-	// bigViolation is how far below P the cap's attainment must be for it to
-	// be lowered by more than one.
-	bigViolation = 0.2
-	// raiseStep and lowerStep bound a step to a share of the cap (at least 1).
-	raiseStep, lowerStep = 0.25, 0.5
-	// tpotPrior and ttftPrior are the spread factors Q_P(r) assumed before
-	// enough measurements exist.
-	tpotPrior, ttftPrior = 1.05, 1.5
-)
 
 // Controller chooses the concurrency cap from live measurements. It is pure
 // logic: every method takes the time as an argument and it starts nothing.

@@ -154,20 +154,6 @@ func (c *Controller) plan(now time.Time) plan {
 	return p
 }
 
-// idleMemory is the time constant of the measured slot idle time.
-const idleMemory = 30 * time.Second
-
-// goodputOverride is how much more goodput a level missing the percentile
-// must promise to be chosen over the best one meeting it (with 10 %, open
-// loop at twice the knee, where no cap meets P90, sat at caps 1-2: 0.85 of
-// the oracle on seed 1); missTolerance is
-// how far below P the cap's predicted attainment may sit (its estimate is
-// noisy: from 60 samples, +-0.04) before the cap counts as missing P.
-const (
-	goodputOverride = 0.05
-	missTolerance   = 0.03
-)
-
 // Decide refits the model and moves the cap towards the plan's target:
 //   - lower, by one (by up to half the cap when its predicted attainment
 //     is more than 0.2 below P), when the target is below the cap and the
@@ -384,16 +370,6 @@ func attainmentUpper(m decayed) float64 {
 	return math.Min(1, centre+half)
 }
 
-// shiftEvidence is how long after a detected shift of the time per token a
-// predicted miss at the cap lowers it without requests finished there.
-const shiftEvidence = time.Minute
-
-// tpotEvidence is how far the predicted P-quantile of TPOT at the cap must
-// exceed the target for the cap to be lowered before requests finished
-// there: the spread of TPOT around the step time is itself learnt from
-// finished requests, which a change of the cap disturbs.
-const tpotEvidence = 1.25
-
 // raiseTo is the level a raise towards the plan's target moves the cap
 // to, from Decide or from a request that would queue (raiseOnDemand): by
 // a quarter of the cap at most (at least one), within the engine's limit
@@ -426,15 +402,3 @@ func (c *Controller) raiseReason(old int, pl plan, how string) string {
 		old, c.cap, how, c.cap, c.attainment(c.op)[c.cap], 100*c.cfg.Percentile,
 		dur(p.TPOT), dur(p.TTFT), why, pl.gT, pl.target, pl.gCap, old)
 }
-
-// goodputSlack is the relative difference of predicted goodput below which
-// two levels count as equal: the cap is raised for goodput only when the
-// gain exceeds it (hysteresis; lowering needs moveGain), and of equals
-// goodputBest chooses the larger level.
-const goodputSlack = 0.03
-
-// moveGain is the predicted gain of goodput for which the cap moves. Near
-// the knee goodput is flat over several levels while its prediction from a
-// few dozen first tokens a minute swings by more than that, and every move
-// costs: a raise admits a request whose prefill stalls the running ones.
-const moveGain = 0.10

@@ -52,15 +52,6 @@ func (c *Controller) goodput(classes []class, n int) float64 {
 	return g
 }
 
-// Dwell needed before a level's measured goodput is used, and for it to
-// replace the prediction; minAttainment is the predicted attainment below
-// which a level is never chosen.
-const (
-	minAttainment = 0.5
-	minDwell      = 20 // seconds
-	fullDwell     = 60
-)
-
 // noteDwell credits the time since the last decision to the cap held, if
 // there was demand (queued, refused, or running at the cap), and
 // counts good completions to the cap that saw them end. Both decay with

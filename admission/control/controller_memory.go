@@ -15,21 +15,6 @@ type failure struct {
 	count int
 }
 
-// probeBackoff is how long a level waits to be probed from again after
-// its first probe (see shouldProbe).
-const (
-	probeBackoff    = 8 * time.Minute
-	maxProbeBackoff = 32 * time.Minute
-)
-
-// failBackoff is how long a level the cap was lowered from stays barred
-// after its first failure; it doubles with each further one, up to
-// maxFailBackoff.
-const (
-	failBackoff    = 30 * time.Second
-	maxFailBackoff = 5 * time.Minute
-)
-
 // mayRaiseTo reports whether level n is not barred by a recent failure
 // there: a level measured to miss is not retried at once on the strength
 // of an extrapolation, which would make the cap flap between n-1 and n.
@@ -90,10 +75,6 @@ func (c *Controller) noteLoad(now time.Time, load Load) bool {
 	return demand
 }
 
-// peakMemory is how long the peak running count is kept (and how long a
-// cap must sit unused by the token budget before it comes down to it).
-const peakMemory = 30 * time.Second
-
 // usefulCap is the highest cap a raise may reach: with the token budget
 // holding requests back, the count cap binds only where the engine runs
 // near it, so a raise goes at most a quarter (at least one) above the most
@@ -132,14 +113,6 @@ func (c *Controller) boundByBudget(now time.Time, load Load) bool {
 	return true
 }
 
-// unusedPressure is the share of the last minute's decisions with demand
-// from which a cap the token budget leaves unused comes down, after
-// unusedWindow of it.
-const (
-	unusedPressure = 0.5
-	unusedWindow   = 15 * time.Second
-)
-
 // lightLoad reports whether the engine runs at most n requests on average
 // and met demand (requests queued or refused, or the engine at the cap) in
 // at most a tenth of the last minute's decisions: the load is light, and
@@ -148,10 +121,6 @@ const (
 func (c *Controller) lightLoad(n float64) bool {
 	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
 }
-
-// lightPressure is the largest share of decisions with demand under which
-// the load counts as light.
-const lightPressure = 0.1
 
 // indicator is 1 for true and 0 for false.
 func indicator(b bool) float64 {

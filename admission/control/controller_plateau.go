@@ -31,23 +31,6 @@ type plateau struct {
 	noise    float64 // the band below best that counts as the same goodput, req/s
 }
 
-// leftSlack is how far below the best goodput the left edge may be: less
-// than goodputSlack, the gain for which the cap is raised. With 2 % the
-// walk cost scenarios 11 and 18 (a slowly drifting engine, and a knee at
-// the engine's own slot count) 0.5-1.5 % of their goodput over seeds 1-3;
-// with 1 % at most 0.5 %.
-const leftSlack = 0.01
-
-// leftDwell is how long the cap holds each level of the walk to the left
-// edge before the next step; relearnDwell is how long the cap must have
-// held its level under demand since the last detected shift (dwell is
-// cleared by one) before the walk starts: until then the cap holds the
-// right end, as where the model has relearned the engine.
-const (
-	leftDwell    = 2 * settleTime
-	relearnDwell = 30 // seconds (dwell decays with the memory: 60 s is never reached)
-)
-
 // noteLeft averages each level's goodput, as the plan weighs it, over the
 // decisions of the last leftMemory (c.smooth) and returns the left edge
 // of that average: the lowest level of the run below the best whose
@@ -90,15 +73,6 @@ func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) (left, 
 	}
 	return left, fair
 }
-
-// leftMemory is the time constant of the averaged goodput per level that
-// the left edge is taken from; leftReach how many levels below the
-// plateau of the last prediction are averaged too (the plateau of one
-// prediction is as noisy as the prediction).
-const (
-	leftMemory = 30 * time.Second
-	leftReach  = 4
-)
 
 // plateauOf finds the plateau among levels lo..hi; its left edge is
 // noteLeft's, from the averaged goodput.
@@ -165,21 +139,6 @@ func (c *Controller) walkTo(load Load) int {
 	}
 	return c.plat.left
 }
-
-// shortMemory is the time constant of the share of decisions that saw a
-// tenant held below its share by its own demand: a tenant of a few users
-// drops below its share for a moment whenever one of its requests ends,
-// and the cap follows the share, not each moment.
-//
-// The walk goes past the left edge while this decision and most recent
-// ones saw a short tenant, and back only once almost none did (shortGone):
-// at the level where the tenant holds its share it is short now and then
-// (whenever one of its requests has ended and the next has not come), and
-// a walk back and forth on each would not hold the level.
-const (
-	shortMemory = 20 * time.Second
-	shortGone   = 0.1
-)
 
 // noteShort keeps the shares of decisions that saw a short tenant, and a
 // bounded or short one.
@@ -268,9 +227,3 @@ func (c *Controller) streamedShare() float64 {
 	}
 	return streamed / total
 }
-
-// minStreamedShare is the share of streamed requests from which the cap
-// walks to the left edge. A request judged by E2E alone gains nothing
-// there: by Little's law, at the same goodput, a lower cap moves its time
-// from the engine to the queue.
-const minStreamedShare = 0.9

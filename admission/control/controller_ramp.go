@@ -30,27 +30,6 @@ import (
 // a saved state) and never restarts: a shift that moves the knee is
 // followed by the careful moves, which double a cap in four steps.
 
-// Constants of the ramp, and why each has its value.
-const (
-	// rampMargin is the share of a target the predicted P-quantile of
-	// TPOT, engine TTFT and E2E at the doubled level must stay within for
-	// the cap to double: past it the ramp grows by quarters from measured
-	// levels. With 0.6, on the H100 8B scenario (TPOT target 50 ms) the
-	// doublings end at 64, where a static cap still meets P90 by far, and
-	// leave the way to 128-200 to measured steps.
-	rampMargin = 0.6
-	// rampMinRun is the share of the cap that must have run at once since
-	// the previous decision for a doubling: the level passed must have
-	// been tried by the engine, not only allowed (with the token budget
-	// pacing prefills, a cap nothing reaches says nothing).
-	rampMinRun = 0.75
-	// rampUnfilled is how many decisions in a row with demand the engine
-	// may run less than rampMinRun of the cap before the ramp ends: the
-	// cap no longer binds (four settle times: a doubling's prefills are
-	// paced in within them).
-	rampUnfilled = 8
-)
-
 // ramp is the state of the ramp and what it cost, for /status and the
 // metrics.
 type ramp struct {
@@ -271,10 +250,6 @@ type Prior struct {
 	// Cap is the cap the costs were learnt at (the step's range).
 	Cap int
 }
-
-// priorWeight is the weight of a Prior's samples: a little over what a
-// fit needs (minLineWeight), a few seconds of live samples.
-const priorWeight = 9
 
 // Valid reports whether every cost is finite, not negative and within
 // what any engine takes (a second per prompt token or per running

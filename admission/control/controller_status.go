@@ -158,10 +158,6 @@ type LevelStatus struct {
 	MeasuredRequests   Float `json:"measured_requests"`
 }
 
-// maxStatusLevels bounds the levels Status lists, so that the size of
-// /status does not grow with MaxCap (up to 4096 by the gateway's settings).
-const maxStatusLevels = 64
-
 // Status reports the controller's state. Of the levels from 1 to twice the
 // cap (at most MaxCap, and at most 16 above the highest level measured)
 // and any other level with measurements, it lists at most 64: those around

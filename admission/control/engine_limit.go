@@ -28,11 +28,6 @@ type engineLimit struct {
 	mostAt time.Time
 }
 
-const (
-	engineLimitReadings = 3
-	engineLimitMemory   = 10 * time.Minute
-)
-
 func (e *engineLimit) observe(now time.Time, r EngineReading, forwarded int) {
 	if !finite(r.Running) || !finite(r.Waiting) {
 		e.streak = 0

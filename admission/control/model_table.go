@@ -54,10 +54,6 @@ type table struct {
 	attCap int
 }
 
-// fullGapWeight is the weight at which a level's measured mean gap replaces
-// the fitted curve; below it the two are blended in proportion.
-const fullGapWeight = 200
-
 func (c *Controller) spreadAt(now time.Time) spread {
 	p := c.cfg.Percentile
 	tp := c.tpotR.values(now)
@@ -328,13 +324,6 @@ func attAt(a []float64, n int) float64 {
 	}
 	return a[n]
 }
-
-// The forgotten count of requests finished at a cap level from which their
-// measured attainment is used, and from which it replaces the prediction.
-const (
-	measuredMin  = 8
-	measuredFull = 30
-)
 
 // levelsSeen is the highest running count with a sample of either latency:
 // nothing is asked of levels far above it (a fixed cap of 100000 would
