@@ -84,20 +84,6 @@ func (c *Controller) endRamp(now time.Time, why string) {
 	c.ramp.endedAt, c.ramp.endCap, c.ramp.endReason = now, c.cap, why
 }
 
-// noteRamp counts what a decision saw while the ramp ran.
-func (c *Controller) noteRamp(now time.Time, load Load, interval time.Duration) {
-	if !c.ramp.on {
-		return
-	}
-	if c.ramp.since.IsZero() {
-		c.ramp.since = now
-	}
-	c.ramp.refused += load.Rejected
-	if load.PeakQueued > 0 || load.Rejected > 0 {
-		c.ramp.idle += float64(max(c.cap-load.Running, 0)) * interval.Seconds()
-	}
-}
-
 // rampDouble returns the level the ramp raises the cap to now, or 0 when
 // it does not: the cap has run (rampMinRun of it at once), the doubled
 // level is within the engine's limit, MaxCap and the levels not barred by

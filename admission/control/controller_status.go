@@ -291,3 +291,18 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 	}
 	return string(b)
 }
+
+// learning reports whether the controller is still learning: adaptive,
+// and no level has dwelt under demand long enough for its measured
+// goodput to count (dwell is cleared by a detected shift).
+func (c *Controller) learning() bool {
+	if c.cfg.Fixed {
+		return false
+	}
+	for _, d := range c.dwell {
+		if d.w >= minDwell {
+			return false
+		}
+	}
+	return true
+}

@@ -5,9 +5,51 @@ import (
 	"time"
 )
 
-// What the controller remembers between decisions besides the model: the
-// levels the cap was lowered from (barred from raises for a while), the
-// levels probed from, and how often there was demand.
+// Move: the one move of the cap a decision makes (see tick.go).
+
+// holdReason says why the cap holds although it misses P, or "" when it
+// does not: no level is predicted to meet P and the cap promises the most
+// goodput (targets at the engine's edge).
+func (c *Controller) holdReason(pl plan) string {
+	if pl.aCap >= c.cfg.Percentile-missTolerance || !pl.over || pl.target != c.cap {
+		return ""
+	}
+	return fmt.Sprintf("hold %d: predicted attainment %.2f < %.2f, and no level meets P%.0f for more goodput: goodput is highest here (%.3f req/s)",
+		c.cap, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, pl.gCap)
+}
+
+// raiseTo is the level a raise towards the plan's target moves the cap
+// to, from Decide or from a request that would queue (raiseOnDemand): by
+// a quarter of the cap at most (at least one), within the engine's limit
+// and usefulCap, below the first level barred by a recent failure (a
+// level barred for missing P may still be chosen for goodput), and by one
+// from the plateau's left edge (the measured goodput that allowed the
+// raise is one level's).
+func (c *Controller) raiseTo(now time.Time, pl plan) int {
+	old := c.cap
+	n := max(old, min(pl.target, old+max(1, int(float64(old)*raiseStep)), c.engineBound(now), c.usefulCap()))
+	for k := old + 2; k <= n && !pl.over; k++ {
+		if !c.mayRaiseTo(now, k) {
+			n = k - 1
+			break
+		}
+	}
+	if c.walked || c.tenantBounded() {
+		n = min(n, old+1)
+	}
+	return n
+}
+
+func (c *Controller) raiseReason(old int, pl plan, how string) string {
+	p := c.predict(c.cap)
+	why := "meets the targets"
+	if pl.over {
+		why = fmt.Sprintf("below P%.0f but more goodput", 100*c.cfg.Percentile)
+	}
+	return fmt.Sprintf("raise %d->%d%s: at %d predicted attainment %.2f (P%.0f TPOT %s, engine TTFT %s), %s: goodput %.3f req/s at %d vs %.3f at %d",
+		old, c.cap, how, c.cap, c.attainment(c.op)[c.cap], 100*c.cfg.Percentile,
+		dur(p.TPOT), dur(p.TTFT), why, pl.gT, pl.target, pl.gCap, old)
+}
 
 // failure is the record of the cap having been lowered from a level.
 type failure struct {
@@ -61,20 +103,6 @@ func (c *Controller) shouldProbe(now time.Time) bool {
 	return gw < 20
 }
 
-// noteLoad records the running count and whether there was demand
-// (requests queued or refused, or the engine within max(1, cap/8) of the
-// cap) for lightLoad, and returns the latter.
-func (c *Controller) noteLoad(now time.Time, load Load) bool {
-	demand := load.PeakQueued > 0 || load.Rejected > 0 ||
-		load.PeakRunning >= c.cap-max(1, c.cap/8)
-	if load.PeakRunning >= c.peakRun || now.Sub(c.peakRunAt) >= peakMemory {
-		c.peakRun, c.peakRunAt = load.PeakRunning, now
-	}
-	c.busy.add(now, c.cfg.Memory, float64(load.Running))
-	c.pressure.add(now, c.cfg.Memory, indicator(demand))
-	return demand
-}
-
 // usefulCap is the highest cap a raise may reach: with the token budget
 // holding requests back, the count cap binds only where the engine runs
 // near it, so a raise goes at most a quarter (at least one) above the most
@@ -113,21 +141,21 @@ func (c *Controller) boundByBudget(now time.Time, load Load) bool {
 	return true
 }
 
-// lightLoad reports whether the engine runs at most n requests on average
-// and met demand (requests queued or refused, or the engine at the cap) in
-// at most a tenth of the last minute's decisions: the load is light, and
-// requests that come at once are a rare burst, not the on phase of a
-// recurring overload.
-func (c *Controller) lightLoad(n float64) bool {
-	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
-}
-
-// indicator is 1 for true and 0 for false.
-func indicator(b bool) float64 {
-	if b {
-		return 1
+// boundByEngine lowers the cap to the engine's own limit when it is above
+// it, and reports whether it did (the reason is set).
+func (c *Controller) boundByEngine(now time.Time) bool {
+	n, ok := c.limit.at(now)
+	if !ok || c.cap <= max(n, c.cfg.MinCap) || c.cfg.Fixed {
+		return false
 	}
-	return 0
+	old := c.cap
+	c.cap = max(n, c.cfg.MinCap)
+	// Once the limit is forgotten, the level above it is tried again only
+	// after the failure backoff, as a level lowered from.
+	f := c.failed[c.cap+1]
+	c.failed[c.cap+1] = failure{at: now, count: f.count + 1}
+	c.reason = fmt.Sprintf("lower %d->%d: the engine runs %d requests at most and queues the rest itself (its metrics)", old, c.cap, n)
+	return true
 }
 
 func dur(sec float64) time.Duration {

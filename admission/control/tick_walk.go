@@ -21,88 +21,6 @@ import (
 // only for a measured gain (mayLeaveLeft). /status, the metrics and the
 // live page show the plateau and its left edge.
 
-// plateau is the run of levels around the goodput-best level whose
-// goodput is within the noise of the best.
-type plateau struct {
-	from, to int     // the levels of the plateau (0: none)
-	left     int     // the left edge (noteLeft): the lowest level within leftSlack of the best, averaged
-	fairLeft int     // the fair edge: the lowest within goodputSlack of the best, averaged (for a short tenant)
-	best     float64 // the highest goodput among them, req/s
-	noise    float64 // the band below best that counts as the same goodput, req/s
-}
-
-// noteLeft averages each level's goodput, as the plan weighs it, over the
-// decisions of the last leftMemory (c.smooth) and returns the left edge
-// of that average: the lowest level of the run below the best whose
-// average is within leftSlack of the best's. A prediction swings by more
-// than leftSlack from one decision to the next; stepping on each one, the
-// walk drifted to where the true goodput was 3 % below the best (a step
-// left is taken on a swing down, a step back needs 10 % measured).
-//
-// fair is the fair edge, the lowest level of that run within goodputSlack
-// of the best: where the cap may walk while a tenant is held below its
-// share by its own demand (Load.ShortTenant). Max-min fairness trades the
-// plateau's noise band of goodput for it: such a tenant runs every request
-// it has, so only a lower cap, each request faster, serves it more.
-func (c *Controller) noteLeft(now time.Time, classes []class, p plateau) (left, fair int) {
-	if p.to == 0 {
-		clear(c.smooth)
-		return 0, 0
-	}
-	lo := max(c.cfg.MinCap, p.from-leftReach)
-	for n := range c.smooth {
-		if n < lo || n > p.to {
-			delete(c.smooth, n)
-		}
-	}
-	best, bestN := 0.0, 0
-	for n := lo; n <= p.to; n++ {
-		d := c.smooth.at(n)
-		d.add(now, leftMemory, c.goodput(classes, n))
-		if m := d.mean(); m > best {
-			best, bestN = m, n
-		}
-	}
-	left = bestN
-	for left > lo && c.smooth.at(left-1).mean() >= (1-leftSlack)*best {
-		left--
-	}
-	fair = left
-	for fair > lo && c.smooth.at(fair-1).mean() >= (1-goodputSlack)*best {
-		fair--
-	}
-	return left, fair
-}
-
-// plateauOf finds the plateau among levels lo..hi; its left edge is
-// noteLeft's, from the averaged goodput.
-func (c *Controller) plateauOf(classes []class, lo, hi int) plateau {
-	lo, hi = max(lo, c.cfg.MinCap), min(hi, c.cfg.MaxCap)
-	if hi < lo {
-		return plateau{}
-	}
-	g := make([]float64, hi-lo+1)
-	bestN := lo
-	for n := lo; n <= hi; n++ {
-		g[n-lo] = c.goodput(classes, n)
-		if g[n-lo] > g[bestN-lo] {
-			bestN = n
-		}
-	}
-	p := plateau{from: bestN, to: bestN, best: g[bestN-lo]}
-	if p.best <= 0 || !finite(p.best) {
-		return plateau{}
-	}
-	p.noise = goodputSlack * p.best
-	for p.from > lo && g[p.from-1-lo] >= p.best-p.noise {
-		p.from--
-	}
-	for p.to < hi && g[p.to+1-lo] >= p.best-p.noise {
-		p.to++
-	}
-	return p
-}
-
 // mayWalkLeft reports whether the cap may step towards the plateau's left
 // edge: it is on the plateau above the left edge, the engine ran at the
 // cap (the count binds, not the token budget) with requests waiting or
@@ -138,34 +56,6 @@ func (c *Controller) walkTo(load Load) int {
 		return min(c.plat.left, c.plat.fairLeft)
 	}
 	return c.plat.left
-}
-
-// noteShort keeps the shares of decisions that saw a short tenant, and a
-// bounded or short one.
-func (c *Controller) noteShort(now time.Time, load Load) {
-	c.boundedNow = load.BoundedTenant || load.ShortTenant
-	c.short.add(now, shortMemory, one(load.ShortTenant))
-	c.bounded.add(now, shortMemory, one(c.boundedNow))
-}
-
-// one is 1 for true, 0 for false: a sample of a share.
-func one(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// tenantShort reports whether most recent decisions saw a tenant held
-// below its share by its own demand.
-func (c *Controller) tenantShort() bool {
-	return c.short.w > 0 && c.short.sum >= 0.5*c.short.w
-}
-
-// tenantBounded reports whether the last decision, or most recent ones,
-// saw a tenant bounded by its own demand (Load.BoundedTenant) or short.
-func (c *Controller) tenantBounded() bool {
-	return c.boundedNow || (c.bounded.w > 0 && c.bounded.sum >= 0.5*c.bounded.w) || c.tenantShort()
 }
 
 // mayWalkBack reports whether the cap, walked below the left edge to the
