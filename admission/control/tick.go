@@ -1,73 +1,132 @@
 package control
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
 
-// Decide refits the model and moves the cap towards the plan's target:
-//   - lower, by one (by up to half the cap when its predicted attainment
-//     is more than 0.2 below P), when the target is below the cap and the
-//     cap either misses P by more than 0.03 with evidence at the cap (see
-//     evidenceAtCap; and the engine ran above the target since the last
-//     decision, and the load is not light (see lightLoad: there a lower
-//     cap would only queue the rare burst past its TTFT target), and the
-//     target does not cost more than 3 % of the goodput (goodputSlack:
-//     where it would, goodput wins; a level missing P is chosen for
-//     goodput only when it promises 5 % more, goodputOverride, so that in
-//     between the cap holds: with 5 % both ways, targets at the engine's
-//     edge swung it between the level meeting P and the one serving more,
-//     issue 14) or, with demand and 20 s held (dwellAtCap),
-//     predicts less goodput than the target by more than 10 % (moveGain);
-//   - raise, by at most a quarter of the cap, towards a target above it
-//     that predicts more goodput by more than 3 %, when there is demand:
-//     requests queued or refused, or the engine within max(1, cap/8) of
-//     the cap. Levels above the cap count as meeting P only from P + 0.04
-//     (hysteresis);
-//   - probe one above the cap when there is demand, the model rests on
-//     one level and the level above has no recent samples (the model
-//     cannot know it: from one level it extrapolates proportionally, which
-//     predicts no gain in throughput), at most once per probeBackoff from
-//     a level, doubling; not with the token model's decode step, which
-//     predicts the level above from the KV cache (see shouldProbe);
-//   - lower by one towards the plateau's left edge under sustained demand
-//     once the model has relearned the engine (see mayWalkLeft); from
-//     there, raise only one level at a time for moveGain with the level
-//     measured (mayLeaveLeft);
-//   - otherwise hold.
+// One decision of the controller (a tick) is a pipeline of five stages,
+// each in its own file, in this order:
 //
-// A level the cap was lowered from for missing P is barred from raises for
-// 30s, doubling with each further failure there up to 5 minutes (cleared
-// by a shift). Every change waits settleTime (2s) after the previous one,
-// so that the level it moved to is measured before the next.
+//  1. observe (tick_observe.go): what the interval since the previous
+//     decision saw: the time the cap held under demand, the load and
+//     whether there was demand, the slot time left idle, a tenant held
+//     short, the ramp's accounting;
+//  2. model (tick_model.go): a shift of either latency, the refit of the
+//     curves and of the token model, the per-level table (model_table.go
+//     reads it: predict, attainment);
+//  3. plan (tick_plan.go): the target level and the goodput of each level,
+//     the classes of targets, the plateau, whether the cap misses P;
+//  4. move (tick_move.go, controller_ramp.go, tick_walk.go): exactly one
+//     move of the cap, each a small function returning the new cap and
+//     the reason: hold, the ramp's doubling or quarter, lower, raise,
+//     probe, the walk to the plateau's left edge and back;
+//  5. apply (here): the cap, when it changed, what the move leaves to be
+//     remembered (a failed or probed level, the walk, the ramp's end) and
+//     the Decision.
+//
+// Before any plan come the moves no plan overrules (overrule): a fixed
+// cap, the engine's own limit, a cap the token budget leaves unused, the
+// start from the engine's running count, and nothing learnt yet.
+
+// tick is what one decision carries from stage to stage.
+type tick struct {
+	now  time.Time
+	load Load
+	// demand: requests queued or refused, or the engine near the cap
+	// (noteLoad); settled: settleTime since the last change; missing: the
+	// cap's predicted attainment misses P, with evidence at the cap.
+	demand, settled, missing bool
+}
+
+// move is one decision's move of the cap: the level it goes to (the cap
+// itself for a hold) and why, and what apply remembers of it.
+type move struct {
+	to     int
+	reason string // "": the last reason stands
+	// raise is the plan a raise heads for: its reason (raiseReason) is
+	// said once the cap has moved, as it quotes the attainment anchored at
+	// the new cap.
+	raise *plan
+	fail  bool // lowered for missing P: the level left is barred from raises (mayRaiseTo)
+	probe bool // a probe: the level left waits before the next (shouldProbe)
+	bar   int  // a level barred as if lowered from (above the engine's limit); 0: none
+	walk  bool // a step to or from the plateau's left edge (mayLeaveLeft, mayWalkBack)
+	// bound is a move before any plan (overrule): the walk's state stands.
+	bound  bool
+	toward bool // a doubling of the ramp: the level it heads for
+}
+
+// Decide makes one decision: it observes the interval since the last one,
+// refits the model, plans, chooses one move of the cap and applies it
+// (see the stages above and move for the moves).
 func (c *Controller) Decide(now time.Time, load Load) Decision {
-	load = load.clean()
-	c.lastDecide = now
-	c.noteDwell(now, load)
+	t := &tick{now: now, load: load.clean()}
+	c.observeInterval(t) // 1. observe what needs no model
+	c.remodel(now)       // 2. model
+	if d, ok := c.overrule(t); ok {
+		return d
+	}
+	c.observeDemand(t)   // 1. observe what needs the model
+	pl := c.planTick(t)  // 3. plan
+	m := c.move(t, pl)   // 4. move
+	return c.apply(t, m) // 5. apply
+}
+
+// observeInterval is the part of the observe stage that comes before the
+// model: the time of the decision, and the time the cap held under demand
+// (a shift detected next clears it).
+func (c *Controller) observeInterval(t *tick) {
+	c.lastDecide = t.now
+	c.noteDwell(t.now, t.load)
+}
+
+// remodel is the model stage: a shift of either latency at the cap cuts
+// the memory, and the curves, the token model and the table are refitted.
+func (c *Controller) remodel(now time.Time) {
 	c.detectShift(now)
 	c.refresh(now)
+}
+
+// overrule makes the moves that come before any plan and reports whether
+// it made one: a fixed cap holds; a cap above the engine's own limit, or
+// one the token budget leaves unused, comes down to it; the first reading
+// of the engine's metrics starts the cap where the engine runs; and with
+// nothing learnt the cap holds.
+func (c *Controller) overrule(t *tick) (Decision, bool) {
 	if c.cfg.Fixed {
-		c.noteLoad(now, load) // light load is judged with a fixed cap too (admitPaced)
-		return Decision{Cap: c.cap, Reason: c.reason}
+		c.noteLoad(t.now, t.load) // light load is judged with a fixed cap too (admitPaced)
+		return Decision{Cap: c.cap, Reason: c.reason}, true
 	}
-	if c.boundByEngine(now) || c.boundByBudget(now, load) {
-		c.endRamp(now, c.reason)
-		c.noteLoad(now, load)
-		c.changedAt = now
-		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+	m, ok := c.boundByEngine(t.now)
+	if !ok {
+		m, ok = c.boundByBudget(t.now, t.load)
 	}
-	if c.startFromEngine(now) {
-		c.changedAt = now
-		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
+	if ok {
+		d := c.apply(t, m)
+		c.noteLoad(t.now, t.load) // against the lowered cap
+		return d, true
+	}
+	if c.startFromEngine(t.now) {
+		c.changedAt = t.now
+		return Decision{Cap: c.cap, Changed: true, Reason: c.reason}, true
 	}
 	if !c.tab.ok {
 		c.reason = "learning: no measurements yet"
 		if c.tab.bad {
 			c.reason = "holding: the model is not finite"
 		}
-		return Decision{Cap: c.cap, Reason: c.reason}
+		return Decision{Cap: c.cap, Reason: c.reason}, true
 	}
+	return Decision{}, false
+}
+
+// observeDemand is the part of the observe stage that needs the model:
+// the slot time left idle while requests waited (a share of the predicted
+// hold), whether there was demand, a tenant held short, and what the ramp
+// cost.
+func (c *Controller) observeDemand(t *tick) {
+	now, load := t.now, t.load
 	if load.PeakQueued > 0 || load.Rejected > 0 {
 		// Slots free while requests were turned away or waited: each free
 		// slot wastes idle = Hold * free/running of every cycle.
@@ -75,83 +134,66 @@ func (c *Controller) Decide(now time.Time, load Load) Decision {
 		free := float64(max(c.cap-load.Running, 0))
 		c.idle.add(now, idleMemory, math.Min(h*free/math.Max(float64(load.Running), 1), h)) // NaN: dropped
 	}
-	pl := c.plan(now)
-	// The plateau among the levels meeting P, for /status and the metrics:
-	// once a decision, not in every plan (the Gate plans for a request
-	// that would queue). None when the target misses P for goodput.
+	t.demand = c.noteLoad(now, load)
+	c.noteShort(now, load)
+	c.noteRamp(now, load, c.cfg.Interval)
+	t.settled = now.Sub(c.changedAt) >= settleTime
+}
+
+// planTick is the plan stage: the plan, the plateau among the levels
+// meeting P for /status and the metrics (once a decision, not in every
+// plan: the Gate plans for a request that would queue; none when the
+// target misses P for goodput) with its left edges, and whether the cap
+// misses P.
+func (c *Controller) planTick(t *tick) plan {
+	pl := c.plan(t.now)
 	c.plat = plateau{}
 	if !pl.over {
 		c.plat = c.plateauOf(pl.classes, c.cfg.MinCap, pl.limit)
 	}
-	c.plat.left, c.plat.fairLeft = c.noteLeft(now, pl.classes, c.plat)
-	demand := c.noteLoad(now, load)
-	c.noteShort(now, load)
+	c.plat.left, c.plat.fairLeft = c.noteLeft(t.now, pl.classes, c.plat)
+	t.missing = pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
+	return pl
+}
+
+// apply is the apply stage: it remembers what the move leaves to be
+// remembered (a level lowered from for missing P, a probe), sets the cap
+// and the reason, and, when the cap changed, ends the ramp on a lowering,
+// notes the walk and the time of the change.
+func (c *Controller) apply(t *tick, m move) Decision {
 	old := c.cap
-	settled := now.Sub(c.changedAt) >= settleTime
-	walk := false // a step towards the plateau's left edge, or one level up from it
-	missing := pl.aCap < c.cfg.Percentile-missTolerance && !(pl.over && pl.target == c.cap) && c.evidenceAtCap()
-	c.noteRamp(now, load, c.cfg.Interval)
-	double := 0 // the ramp's doubling (controller_ramp.go)
-	if settled && demand && !missing {
-		double = c.rampDouble(now, load, pl.classes)
+	if m.fail {
+		f := c.failed[old]
+		c.failed[old] = failure{at: t.now, count: f.count + 1}
+	}
+	if m.probe {
+		f := c.probes[old]
+		c.probes[old] = failure{at: t.now, count: f.count + 1}
+	}
+	if m.bar > 0 {
+		f := c.failed[m.bar]
+		c.failed[m.bar] = failure{at: t.now, count: f.count + 1}
+	}
+	c.cap = m.to
+	if m.toward {
+		c.ramp.toward = m.to
 	}
 	switch {
-	case !settled:
-		return Decision{Cap: c.cap, Reason: c.reason}
-	case double > c.cap:
-		c.cap, c.ramp.toward = double, double
-		p := c.predict(c.cap)
-		how := fmt.Sprintf("doubling: within %.0f %% of the targets", 100*rampMargin)
-		if c.ramp.narrow {
-			how = "by a quarter: within the targets, not their margin"
-		}
-		c.reason = fmt.Sprintf("ramp %d->%d: %d ran at once; at %d predicted P%.0f TPOT %s, engine TTFT %s; %s",
-			old, c.cap, load.PeakRunning, c.cap, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), how)
-	case pl.target < c.cap && missing && load.PeakRunning > pl.target && !c.lightLoad(float64(pl.target)) && pl.gT >= (1-goodputSlack)*pl.gCap:
-		step := 1
-		if pl.aCap < c.cfg.Percentile-bigViolation {
-			step = max(1, int(float64(c.cap)*lowerStep))
-		}
-		c.cap = max(pl.target, c.cap-step, c.cfg.MinCap)
-		f := c.failed[old]
-		c.failed[old] = failure{at: now, count: f.count + 1}
-		p := c.predict(old)
-		c.reason = fmt.Sprintf("lower %d->%d: at %d predicted attainment %.2f < %.2f (P%.0f TPOT %s, engine TTFT %s); target level %d",
-			old, c.cap, old, pl.aCap, c.cfg.Percentile, 100*c.cfg.Percentile, dur(p.TPOT), dur(p.TTFT), pl.target)
-	case pl.target < c.cap && pl.gCap < (1-moveGain)*pl.gT && demand && c.dwellAtCap():
-		c.cap--
-		c.reason = fmt.Sprintf("lower %d->%d for goodput: predicted %.3f req/s at %d, %.3f at %d",
-			old, c.cap, pl.gCap, old, pl.gT, pl.target)
-	case pl.target > c.cap && pl.gT > (1+goodputSlack)*pl.gCap && demand && (pl.over || c.mayRaiseTo(now, c.cap+1)) && c.mayLeaveLeft(pl):
-		c.cap = c.raiseTo(now, pl)
-		c.reason = c.raiseReason(old, pl, "")
-	case demand && pl.up >= c.cap && c.cap < c.engineBound(now) && c.shouldProbe(now):
-		f := c.probes[old]
-		c.probes[old] = failure{at: now, count: f.count + 1}
-		c.cap++
-		c.reason = fmt.Sprintf("probe %d->%d: no recent measurements above %d and demand", old, c.cap, old)
-	case demand && c.mayWalkLeft(now, load):
-		c.cap--
-		walk = true
-		c.reason = c.walkReason(old, load)
-	case c.mayWalkBack(now, load):
-		c.cap++
-		walk = true
-		c.reason = fmt.Sprintf("raise %d->%d back towards the plateau's left edge %d: no tenant is held below its share or at it by its own demand", old, c.cap, c.plat.left)
-	default:
-		if r := c.holdReason(pl); r != "" {
-			c.reason = r
-		}
-		return Decision{Cap: c.cap, Reason: c.reason}
+	case m.raise != nil:
+		c.reason = c.raiseReason(old, *m.raise, "")
+	case m.reason != "":
+		c.reason = m.reason
 	}
-	if c.cap == old { // a raise the engine's own limit took back
+	if c.cap == old { // a hold, or a raise the engine's own limit took back
 		return Decision{Cap: c.cap, Reason: c.reason}
 	}
 	if c.cap < old {
-		c.endRamp(now, c.reason)
+		c.endRamp(t.now, c.reason)
 	}
-	c.walked = walk
-	c.fairWalk = walk && c.cap < c.plat.left
-	c.changedAt = now
+	if !m.bound {
+		c.walked = m.walk
+		c.fairWalk = m.walk && c.cap < c.plat.left
+	}
+	c.changedAt = t.now
 	return Decision{Cap: c.cap, Changed: true, Reason: c.reason}
 }

@@ -69,15 +69,15 @@ func (c *Controller) mayWalkBack(now time.Time, load Load) bool {
 	return !load.ShortTenant && c.short.sum < shortGone*c.short.w && !c.tenantBounded()
 }
 
-// walkReason is the reason of a step towards the left edge.
-func (c *Controller) walkReason(old int, load Load) string {
+// walkReason is the reason of a step from old to n towards the left edge.
+func (c *Controller) walkReason(old, n int, load Load) string {
 	p := c.plat
 	if to := c.walkTo(load); to < p.left {
 		return fmt.Sprintf("lower %d->%d towards the plateau's fair edge %d: a tenant runs every request it has and less than its share beside others; goodput within %.0f%% of the best (%.3f req/s) from %d to %d",
-			old, c.cap, to, 100*goodputSlack, p.best, p.from, p.to)
+			old, n, to, 100*goodputSlack, p.best, p.from, p.to)
 	}
 	return fmt.Sprintf("lower %d->%d towards the plateau's left edge %d: goodput within %.0f%% of the best (%.3f req/s) from %d to %d, at less latency",
-		old, c.cap, p.left, 100*leftSlack, p.best, p.from, p.to)
+		old, n, p.left, 100*leftSlack, p.best, p.from, p.to)
 }
 
 // mayLeaveLeft reports whether a raise for goodput may leave the level
