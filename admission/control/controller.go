@@ -179,8 +179,8 @@ type Decision struct {
 // Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
 // (Little's law). Decide keeps the cap at the largest level within 3 % of
 // the best goodput among those with A >= P and, under sustained demand,
-// walks it to the plateau's left edge (controller_plateau.go); it moves it
-// in bounded steps with hysteresis (see Decide). A shift in the step time or engine TTFT at
+// walks it to the plateau's left edge (tick_walk.go); it moves it
+// in bounded steps with hysteresis (see Decide and its stages, tick.go). A shift in the step time or engine TTFT at
 // the cap's level cuts the memory. Admit is the deadline-aware queue:
 // predicted wait + engine TTFT against the request's TTFT target, and a
 // Retry-After that is the predicted time until a slot frees.
@@ -236,7 +236,7 @@ type Controller struct {
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
-	plat       plateau  // the last decision's plateau (see controller_plateau.go)
+	plat       plateau  // the last decision's plateau (see planTick, tick_plan.go)
 	walked     bool     // the cap walked to the left edge and holds there (mayLeaveLeft)
 	fairWalk   bool     // the walk went past the left edge for a short tenant (mayWalkBack)
 	short      decayed  // the share of decisions that saw a short tenant (Load.ShortTenant), over shortMemory

@@ -107,7 +107,7 @@ type TokenStatus struct {
 }
 
 // PlateauStatus is the plateau of the goodput curve (see
-// controller_plateau.go): the levels From to To serve goodput within Noise
+// tick_plan.go): the levels From to To serve goodput within Noise
 // (req/s) of the best, Best; LeftEdge is the lowest level whose goodput,
 // averaged over 30 s, is within 1 % of the best: the same goodput at the
 // least latency, where the cap walks under sustained demand. FairEdge is

@@ -8,8 +8,11 @@ import (
 	"github.com/kneecap/kneecap/slo"
 )
 
-// Model: a decision refits the latency model and rebuilds the per-level
-// table (see tick.go).
+// Model: a decision checks both latencies at the cap for a shift
+// (detectShift, shift), refits the curves and the token model and
+// rebuilds the per-level table (refresh; see tick.go). The model itself
+// is in model*.go; model_table.go reads the table (predict, attainment)
+// for the plan, the moves and the deadline check.
 
 // detectShift checks both latencies at the level the cap holds.
 func (c *Controller) detectShift(now time.Time) {

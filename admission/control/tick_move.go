@@ -8,7 +8,63 @@ import (
 // Move: the one move of the cap a decision makes (see tick.go). Each move
 // is a function that returns the new cap and the reason, and changes
 // nothing the apply stage sets (the cap, the reason, failures, probes,
-// the walk, changedAt).
+// the walk, changedAt). First the bounds, which come before any plan
+// (overrule); then move, which chooses among the planned moves: the
+// ramp's (controller_ramp.go), lower, raise, probe, and the walk to the
+// plateau's left edge (its conditions in tick_walk.go); then what the
+// moves ask of the levels (raiseTo, mayRaiseTo, shouldProbe).
+
+// boundByEngine lowers the cap to the engine's own limit when it is above
+// it, and reports whether it does. Once the limit is forgotten, the level
+// above it is tried again only after the failure backoff, as a level
+// lowered from (bar).
+func (c *Controller) boundByEngine(now time.Time) (move, bool) {
+	n, ok := c.limit.at(now)
+	if !ok || c.cap <= max(n, c.cfg.MinCap) || c.cfg.Fixed {
+		return move{}, false
+	}
+	to := max(n, c.cfg.MinCap)
+	return move{to: to, bar: to + 1, bound: true,
+		reason: fmt.Sprintf("lower %d->%d: the engine runs %d requests at most and queues the rest itself (its metrics)", c.cap, to, n)}, true
+}
+
+// boundByBudget brings the cap down to usefulCap, and reports whether it
+// does, when the token budget has held the engine below it for
+// unusedWindow while most decisions saw demand (unusedPressure: not light
+// load, not the off phase of bursts): the count no longer binds there, and
+// the choice of the cap for goodput (where the targets are met and the
+// engine serves the most) is made again from where the engine runs.
+// Without it, a cap raised before prompts grew stayed where the budget
+// left it unused (scenario 4's second half: 13 against the oracle's 5, at
+// 0.90 of its goodput).
+func (c *Controller) boundByBudget(now time.Time, load Load) (move, bool) {
+	u := c.usefulCap()
+	if !c.tokenBudget() || c.cfg.Fixed || c.cap <= u {
+		c.unusedSince = time.Time{}
+		return move{}, false
+	}
+	if c.unusedSince.IsZero() {
+		c.unusedSince = now
+	}
+	if now.Sub(c.unusedSince) < unusedWindow || now.Sub(c.changedAt) < peakMemory ||
+		c.pressure.mean() < unusedPressure || (load.PeakQueued == 0 && load.Rejected == 0) {
+		return move{}, false
+	}
+	c.unusedSince = time.Time{}
+	return move{to: u, bound: true,
+		reason: fmt.Sprintf("lower %d->%d: the token budget held the engine at %d running at most for 30s", c.cap, u, c.peakRun)}, true
+}
+
+// usefulCap is the highest cap a raise may reach: with the token budget
+// holding requests back, the count cap binds only where the engine runs
+// near it, so a raise goes at most a quarter (at least one) above the most
+// that ran at once in the last minute; without it, MaxCap.
+func (c *Controller) usefulCap() int {
+	if !c.tokenBudget() {
+		return c.cfg.MaxCap
+	}
+	return max(c.peakRun+max(1, c.peakRun/4), c.cfg.MinCap)
+}
 
 // move chooses the one move of the decision, the first that applies:
 //   - hold while the last change settles: every change waits settleTime
@@ -241,58 +297,6 @@ func (c *Controller) shouldProbe(now time.Time) bool {
 	}
 	gw, _ := c.gap.level(c.cap + 1)
 	return gw < 20
-}
-
-// usefulCap is the highest cap a raise may reach: with the token budget
-// holding requests back, the count cap binds only where the engine runs
-// near it, so a raise goes at most a quarter (at least one) above the most
-// that ran at once in the last minute; without it, MaxCap.
-func (c *Controller) usefulCap() int {
-	if !c.tokenBudget() {
-		return c.cfg.MaxCap
-	}
-	return max(c.peakRun+max(1, c.peakRun/4), c.cfg.MinCap)
-}
-
-// boundByBudget brings the cap down to usefulCap, and reports whether it
-// does, when the token budget has held the engine below it for
-// unusedWindow while most decisions saw demand (unusedPressure: not light
-// load, not the off phase of bursts): the count no longer binds there, and
-// the choice of the cap for goodput (where the targets are met and the
-// engine serves the most) is made again from where the engine runs.
-// Without it, a cap raised before prompts grew stayed where the budget
-// left it unused (scenario 4's second half: 13 against the oracle's 5, at
-// 0.90 of its goodput).
-func (c *Controller) boundByBudget(now time.Time, load Load) (move, bool) {
-	u := c.usefulCap()
-	if !c.tokenBudget() || c.cfg.Fixed || c.cap <= u {
-		c.unusedSince = time.Time{}
-		return move{}, false
-	}
-	if c.unusedSince.IsZero() {
-		c.unusedSince = now
-	}
-	if now.Sub(c.unusedSince) < unusedWindow || now.Sub(c.changedAt) < peakMemory ||
-		c.pressure.mean() < unusedPressure || (load.PeakQueued == 0 && load.Rejected == 0) {
-		return move{}, false
-	}
-	c.unusedSince = time.Time{}
-	return move{to: u, bound: true,
-		reason: fmt.Sprintf("lower %d->%d: the token budget held the engine at %d running at most for 30s", c.cap, u, c.peakRun)}, true
-}
-
-// boundByEngine lowers the cap to the engine's own limit when it is above
-// it, and reports whether it does. Once the limit is forgotten, the level
-// above it is tried again only after the failure backoff, as a level
-// lowered from (bar).
-func (c *Controller) boundByEngine(now time.Time) (move, bool) {
-	n, ok := c.limit.at(now)
-	if !ok || c.cap <= max(n, c.cfg.MinCap) || c.cfg.Fixed {
-		return move{}, false
-	}
-	to := max(n, c.cfg.MinCap)
-	return move{to: to, bar: to + 1, bound: true,
-		reason: fmt.Sprintf("lower %d->%d: the engine runs %d requests at most and queues the rest itself (its metrics)", c.cap, to, n)}, true
 }
 
 // dur is a prediction in seconds as a reason quotes it.

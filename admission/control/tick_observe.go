@@ -5,7 +5,14 @@ import (
 )
 
 // Observe: what one decision notes of the interval since the previous
-// one (see tick.go).
+// one (see tick.go): the time the cap held under demand and the good
+// completions then (noteDwell), the running count and whether there was
+// demand (noteLoad), a tenant held short or bounded (noteShort), what the
+// ramp cost (noteRamp); the slot time left idle is noted in
+// observeDemand. Then what the moves read of it: lightLoad, tenantShort,
+// tenantBounded. What the controller is told between decisions (chunks,
+// first tokens, finished requests, the engine's metrics) is in
+// controller_observe.go.
 
 // noteDwell credits the time since the last decision to the cap held, if
 // there was demand (queued, refused, or running at the cap), and
@@ -48,15 +55,6 @@ func (c *Controller) noteLoad(now time.Time, load Load) bool {
 	return demand
 }
 
-// lightLoad reports whether the engine runs at most n requests on average
-// and met demand (requests queued or refused, or the engine at the cap) in
-// at most a tenth of the last minute's decisions: the load is light, and
-// requests that come at once are a rare burst, not the on phase of a
-// recurring overload.
-func (c *Controller) lightLoad(n float64) bool {
-	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
-}
-
 // indicator is 1 for true and 0 for false.
 func indicator(b bool) float64 {
 	if b {
@@ -81,18 +79,6 @@ func one(b bool) float64 {
 	return 0
 }
 
-// tenantShort reports whether most recent decisions saw a tenant held
-// below its share by its own demand.
-func (c *Controller) tenantShort() bool {
-	return c.short.w > 0 && c.short.sum >= 0.5*c.short.w
-}
-
-// tenantBounded reports whether the last decision, or most recent ones,
-// saw a tenant bounded by its own demand (Load.BoundedTenant) or short.
-func (c *Controller) tenantBounded() bool {
-	return c.boundedNow || (c.bounded.w > 0 && c.bounded.sum >= 0.5*c.bounded.w) || c.tenantShort()
-}
-
 // noteRamp counts what a decision saw while the ramp ran.
 func (c *Controller) noteRamp(now time.Time, load Load, interval time.Duration) {
 	if !c.ramp.on {
@@ -105,4 +91,25 @@ func (c *Controller) noteRamp(now time.Time, load Load, interval time.Duration) 
 	if load.PeakQueued > 0 || load.Rejected > 0 {
 		c.ramp.idle += float64(max(c.cap-load.Running, 0)) * interval.Seconds()
 	}
+}
+
+// lightLoad reports whether the engine runs at most n requests on average
+// and met demand (requests queued or refused, or the engine at the cap) in
+// at most a tenth of the last minute's decisions: the load is light, and
+// requests that come at once are a rare burst, not the on phase of a
+// recurring overload.
+func (c *Controller) lightLoad(n float64) bool {
+	return c.busy.w > 0 && c.busy.mean() <= n && c.pressure.mean() <= lightPressure
+}
+
+// tenantShort reports whether most recent decisions saw a tenant held
+// below its share by its own demand.
+func (c *Controller) tenantShort() bool {
+	return c.short.w > 0 && c.short.sum >= 0.5*c.short.w
+}
+
+// tenantBounded reports whether the last decision, or most recent ones,
+// saw a tenant bounded by its own demand (Load.BoundedTenant) or short.
+func (c *Controller) tenantBounded() bool {
+	return c.boundedNow || (c.bounded.w > 0 && c.bounded.sum >= 0.5*c.bounded.w) || c.tenantShort()
 }

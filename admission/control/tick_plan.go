@@ -8,7 +8,63 @@ import (
 	"github.com/kneecap/kneecap/slo"
 )
 
-// Plan: where the model would put the cap now (see tick.go).
+// Plan: where the model would put the cap now (see tick.go). The shares
+// of the classes of targets (classShares), the levels meeting P for them
+// (best), the goodput of each level as the plan weighs it (goodput: the
+// model's prediction, Little's law times the predicted attainment of each
+// class, blended with the goodput measured while the cap held the level
+// under demand, noteDwell) and the best of those levels (goodputBest);
+// then the plateau of the goodput curve and its left edges (plateauOf,
+// noteLeft; the walk to them is in tick_walk.go) and whether a predicted
+// miss at the cap has evidence (evidenceAtCap). A request that would queue
+// plans too (raiseOnDemand, predict.go).
+
+// plan is where the model would put the cap now.
+type plan struct {
+	target int     // the level to move towards
+	gT     float64 // its predicted goodput
+	gCap   float64 // the cap's predicted goodput
+	aCap   float64 // the cap's predicted attainment (operator's targets)
+	down   int     // the nearest level at or below the cap meeting P
+	up     int     // the end of the run of levels above the cap meeting P + hysteresis
+	over   bool    // target chosen for goodput although it misses P
+	// limit is the highest level nF was chosen among, classes the shares
+	// it was weighed with (for the plateau: see planTick).
+	limit   int
+	classes []class
+}
+
+// plan computes the target level:
+//
+//	nF = the goodput-best level (largest within 3 %) among those whose
+//	     predicted attainment is at least P;
+//	nX = the goodput-best level among all within reach (up to 2 cap + 16);
+//	target = nX if G(nX) > 1.05 G(nF), else nF.
+//
+// The percentile is the margin the operator asked for; goodput is the
+// objective. When holding every target for a share P costs more than 5 %
+// of the goodput (a slow engine whose prefills collide), goodput wins and
+// the reason says so.
+func (c *Controller) plan(now time.Time) plan {
+	classes := c.classShares(now)
+	p := plan{
+		up:   c.best(classes, c.cfg.Percentile+hysteresis),
+		down: c.best(classes, c.cfg.Percentile),
+		gCap: c.goodput(classes, c.cap),
+		aCap: c.attainment(c.op)[c.cap],
+	}
+	limit := p.down
+	if limit >= c.cap {
+		limit = max(limit, p.up)
+	}
+	nF, gF := c.goodputBest(classes, c.cfg.MinCap, limit)
+	nX, gX := c.goodputBest(classes, c.cfg.MinCap, min(c.cfg.MaxCap, 2*c.cap+16))
+	p.target, p.gT, p.limit, p.classes = nF, gF, limit, classes
+	if gX > (1+goodputOverride)*gF {
+		p.target, p.gT, p.over = nX, gX, true
+	}
+	return p
+}
 
 type class struct {
 	t     slo.Targets
@@ -295,51 +351,4 @@ func attainmentUpper(m decayed) float64 {
 	centre := (p + z*z/(2*n)) / d
 	half := z * math.Sqrt(p*(1-p)/n+z*z/(4*n*n)) / d
 	return math.Min(1, centre+half)
-}
-
-// plan is where the model would put the cap now.
-type plan struct {
-	target int     // the level to move towards
-	gT     float64 // its predicted goodput
-	gCap   float64 // the cap's predicted goodput
-	aCap   float64 // the cap's predicted attainment (operator's targets)
-	down   int     // the nearest level at or below the cap meeting P
-	up     int     // the end of the run of levels above the cap meeting P + hysteresis
-	over   bool    // target chosen for goodput although it misses P
-	// limit is the highest level nF was chosen among, classes the shares
-	// it was weighed with (for the plateau: see Decide).
-	limit   int
-	classes []class
-}
-
-// plan computes the target level:
-//
-//	nF = the goodput-best level (largest within 3 %) among those whose
-//	     predicted attainment is at least P;
-//	nX = the goodput-best level among all within reach (up to 2 cap + 16);
-//	target = nX if G(nX) > 1.05 G(nF), else nF.
-//
-// The percentile is the margin the operator asked for; goodput is the
-// objective. When holding every target for a share P costs more than 5 %
-// of the goodput (a slow engine whose prefills collide), goodput wins and
-// the reason says so.
-func (c *Controller) plan(now time.Time) plan {
-	classes := c.classShares(now)
-	p := plan{
-		up:   c.best(classes, c.cfg.Percentile+hysteresis),
-		down: c.best(classes, c.cfg.Percentile),
-		gCap: c.goodput(classes, c.cap),
-		aCap: c.attainment(c.op)[c.cap],
-	}
-	limit := p.down
-	if limit >= c.cap {
-		limit = max(limit, p.up)
-	}
-	nF, gF := c.goodputBest(classes, c.cfg.MinCap, limit)
-	nX, gX := c.goodputBest(classes, c.cfg.MinCap, min(c.cfg.MaxCap, 2*c.cap+16))
-	p.target, p.gT, p.limit, p.classes = nF, gF, limit, classes
-	if gX > (1+goodputOverride)*gF {
-		p.target, p.gT, p.over = nX, gX, true
-	}
-	return p
 }
