@@ -5,6 +5,10 @@ import (
 	"time"
 )
 
+// Move: the walk to the plateau's left edge and back, the conditions of
+// its moves (moveWalkLeft, moveWalkBack, tick_move.go); the plan stage
+// finds the plateau and its edges (plateauOf, noteLeft, tick_plan.go).
+//
 // The plateau and its left edge. Near the knee goodput is flat over
 // several levels: past the level where the engine's throughput stops
 // growing, one more running request adds as much time per token as it adds
