@@ -6,23 +6,6 @@ import (
 	"github.com/kneecap/kneecap/slo"
 )
 
-// DefaultMaxCap is the highest cap the controller sets when MaxCap is unset
-// (KNEECAP_MAX_CAP): far above any engine's knee, so that it bounds only a
-// runaway.
-const DefaultMaxCap = 512
-
-// CapLimit is the highest cap a setting may ask for (KNEECAP_MAX_CAP,
-// KNEECAP_MIN_CAP, KNEECAP_MAX_CONCURRENCY; gateway.Config.Validate holds
-// them to it): four times the largest default
-// of vLLM's max_num_seqs (1024 on GPUs of 70 GiB or more, 256 on others),
-// the most sequences an engine batches at once. A higher cap bounds
-// nothing, and what the controller keeps per level may grow to it.
-const CapLimit = 4096
-
-// maxClasses bounds the target classes the controller keeps (see
-// ObserveDone).
-const maxClasses = 16
-
 // ControllerConfig sets the adaptive controller. The zero value of every
 // field means its default.
 type ControllerConfig struct {
@@ -172,25 +155,6 @@ type Decision struct {
 	Reason string
 }
 
-// Constants of the control law; they are physics and statistics, not
-// per-workload tuning, and are the same in every scenario.
-const (
-	// hysteresis: raise only to a level whose predicted attainment is at
-	// least P + hysteresis; lower when the cap's is below P.
-	hysteresis = 0.04
-	// settleTime is the least time between two changes of the cap, so that
-	// the new level is measured before the next step.
-	settleTime = 2 * time.Second
-	// bigViolation is how far below P the cap's attainment must be for it to
-	// be lowered by more than one.
-	bigViolation = 0.2
-	// raiseStep and lowerStep bound a step to a share of the cap (at least 1).
-	raiseStep, lowerStep = 0.25, 0.5
-	// tpotPrior and ttftPrior are the spread factors Q_P(r) assumed before
-	// enough measurements exist.
-	tpotPrior, ttftPrior = 1.05, 1.5
-)
-
 // Controller chooses the concurrency cap from live measurements. It is pure
 // logic: every method takes the time as an argument and it starts nothing.
 // It is not safe for concurrent use; the Loop serialises calls.
@@ -215,8 +179,8 @@ const (
 // Hold(n) = TTFT + (output - 1) TPOT, and goodput G(n) = n / Hold(n) A(n)
 // (Little's law). Decide keeps the cap at the largest level within 3 % of
 // the best goodput among those with A >= P and, under sustained demand,
-// walks it to the plateau's left edge (controller_plateau.go); it moves it
-// in bounded steps with hysteresis (see Decide). A shift in the step time or engine TTFT at
+// walks it to the plateau's left edge (tick_walk.go); it moves it
+// in bounded steps with hysteresis (see Decide and its stages, tick.go). A shift in the step time or engine TTFT at
 // the cap's level cuts the memory. Admit is the deadline-aware queue:
 // predicted wait + engine TTFT against the request's TTFT target, and a
 // Retry-After that is the predicted time until a slot frees.
@@ -272,7 +236,7 @@ type Controller struct {
 	lastShift  string
 	promises   []time.Time // Retry-After times promised to rejected requests
 	lastDecide time.Time
-	plat       plateau  // the last decision's plateau (see controller_plateau.go)
+	plat       plateau  // the last decision's plateau (see planTick, tick_plan.go)
 	walked     bool     // the cap walked to the left edge and holds there (mayLeaveLeft)
 	fairWalk   bool     // the walk went past the left edge for a short tenant (mayWalkBack)
 	short      decayed  // the share of decisions that saw a short tenant (Load.ShortTenant), over shortMemory

@@ -16,9 +16,6 @@ type pendingGap struct {
 	gap     time.Duration
 }
 
-// gapShards spreads the streams that add at the same moment.
-const gapShards = 8
-
 // gapQueue holds the chunk observations that wait for the loop's lock,
 // so that no stream waits for the controller (see Loop.Chunk). Adding
 // takes a free shard, and waits only when every shard is being added to at

@@ -23,7 +23,7 @@ type controllerMetrics struct {
 	// the token model (see tokens)
 	prefillToken, prefillSteps, stepLimit prometheus.Gauge
 	step                                  *prometheus.GaugeVec
-	plateau                               *prometheus.GaugeVec // the plateau's levels (see controller_plateau.go)
+	plateau                               *prometheus.GaugeVec // the plateau's levels (see tick_plan.go)
 	// the ramp (see controller_ramp.go)
 	ramping, rampToward, rampRefused, rampIdle prometheus.Gauge
 }

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -69,68 +68,6 @@ func (c *Controller) ObserveEngine(now time.Time, r EngineReading, running, resi
 	if !c.engineSeen && finite(r.Running) {
 		c.engineSeen, c.engineRunning = true, int(math.Round(r.Running))
 	}
-}
-
-// detectShift checks both latencies at the level the cap holds.
-func (c *Controller) detectShift(now time.Time) {
-	if r, ok := c.gapShift.check(now, c.cap); ok {
-		c.shift(now, "time per token", c.gap, r)
-	} else if r, ok := c.ttftShift.check(now, c.cap); ok {
-		c.shift(now, "engine TTFT", c.ttft, r)
-	}
-}
-
-// shift rescales a curve whose recent samples left its band and cuts the
-// weight of everything learned before.
-func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
-	cv.scale(r, 0.1)
-	// The token model follows: a shift of the step rescales the decode
-	// step, one of engine TTFT the prefill.
-	if cv == c.gap {
-		// A slower step makes slower prefills too (they are steps).
-		c.tok.step.scale(r, 0.1)
-		c.tok.prefill.scale(r, 0.3)
-	} else {
-		c.tok.prefill.scale(r, 0.1)
-		c.tok.step.scale(1, 0.3)
-	}
-	other := c.ttft
-	if cv == c.ttft {
-		other = c.gap
-	}
-	other.scale(1, 0.3) // a shift in one rarely leaves the other as it was
-	c.walked = false    // the plateau is learnt again
-	clear(c.smooth)
-	clear(c.failed) // what failed before may work now, and vice versa
-	clear(c.probes)
-	c.idle = decayed{}
-	clear(c.dwell)    // goodput measured in the old regime
-	clear(c.measured) // and attainment
-	// A shift of engine TTFT makes the samples of it a different regime's:
-	// they are forgotten. A shift of the time per token keeps them. The
-	// step time follows the KV cache of the requests running, so with
-	// heavy-tailed prompts a few long ones move it by a third and more for
-	// as long as they run, and the detector fires about every minute
-	// (scenario 12, seed 1: 12 shifts in 13 minutes); forgetting the
-	// samples then left the next few first tokens, the long prompt's
-	// neighbours, to predict every level (attainment 0 everywhere, the cap
-	// halved to 1). The samples are measurements, moved between levels
-	// along the TTFT curve, which follows the step. (Keeping the measured
-	// goodput and attainment across a step shift as well helped scenario
-	// 12 more but slowed the re-convergence after a real slowdown or
-	// longer prompts, scenarios 4 and 5, on most seeds.)
-	if cv == c.ttft {
-		c.ttftR.reset()
-		c.ttftSamples.reset()
-	}
-	c.shifts++
-	c.shiftAt = now
-	if cv == c.gap {
-		c.stepShiftAt = now
-	}
-	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
-	c.gapShift.reset()
-	c.ttftShift.reset()
 }
 
 // ObserveDone records a finished request. A request with no target at

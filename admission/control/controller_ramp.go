@@ -30,27 +30,6 @@ import (
 // a saved state) and never restarts: a shift that moves the knee is
 // followed by the careful moves, which double a cap in four steps.
 
-// Constants of the ramp, and why each has its value.
-const (
-	// rampMargin is the share of a target the predicted P-quantile of
-	// TPOT, engine TTFT and E2E at the doubled level must stay within for
-	// the cap to double: past it the ramp grows by quarters from measured
-	// levels. With 0.6, on the H100 8B scenario (TPOT target 50 ms) the
-	// doublings end at 64, where a static cap still meets P90 by far, and
-	// leave the way to 128-200 to measured steps.
-	rampMargin = 0.6
-	// rampMinRun is the share of the cap that must have run at once since
-	// the previous decision for a doubling: the level passed must have
-	// been tried by the engine, not only allowed (with the token budget
-	// pacing prefills, a cap nothing reaches says nothing).
-	rampMinRun = 0.75
-	// rampUnfilled is how many decisions in a row with demand the engine
-	// may run less than rampMinRun of the cap before the ramp ends: the
-	// cap no longer binds (four settle times: a doubling's prefills are
-	// paced in within them).
-	rampUnfilled = 8
-)
-
 // ramp is the state of the ramp and what it cost, for /status and the
 // metrics.
 type ramp struct {
@@ -103,20 +82,6 @@ func (c *Controller) endRamp(now time.Time, why string) {
 	}
 	c.ramp.on = false
 	c.ramp.endedAt, c.ramp.endCap, c.ramp.endReason = now, c.cap, why
-}
-
-// noteRamp counts what a decision saw while the ramp ran.
-func (c *Controller) noteRamp(now time.Time, load Load, interval time.Duration) {
-	if !c.ramp.on {
-		return
-	}
-	if c.ramp.since.IsZero() {
-		c.ramp.since = now
-	}
-	c.ramp.refused += load.Rejected
-	if load.PeakQueued > 0 || load.Rejected > 0 {
-		c.ramp.idle += float64(max(c.cap-load.Running, 0)) * interval.Seconds()
-	}
 }
 
 // rampDouble returns the level the ramp raises the cap to now, or 0 when
@@ -271,10 +236,6 @@ type Prior struct {
 	// Cap is the cap the costs were learnt at (the step's range).
 	Cap int
 }
-
-// priorWeight is the weight of a Prior's samples: a little over what a
-// fit needs (minLineWeight), a few seconds of live samples.
-const priorWeight = 9
 
 // Valid reports whether every cost is finite, not negative and within
 // what any engine takes (a second per prompt token or per running

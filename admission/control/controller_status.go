@@ -107,7 +107,7 @@ type TokenStatus struct {
 }
 
 // PlateauStatus is the plateau of the goodput curve (see
-// controller_plateau.go): the levels From to To serve goodput within Noise
+// tick_plan.go): the levels From to To serve goodput within Noise
 // (req/s) of the best, Best; LeftEdge is the lowest level whose goodput,
 // averaged over 30 s, is within 1 % of the best: the same goodput at the
 // least latency, where the cap walks under sustained demand. FairEdge is
@@ -157,10 +157,6 @@ type LevelStatus struct {
 	MeasuredAttainment Float `json:"measured_attainment"`
 	MeasuredRequests   Float `json:"measured_requests"`
 }
-
-// maxStatusLevels bounds the levels Status lists, so that the size of
-// /status does not grow with MaxCap (up to 4096 by the gateway's settings).
-const maxStatusLevels = 64
 
 // Status reports the controller's state. Of the levels from 1 to twice the
 // cap (at most MaxCap, and at most 16 above the highest level measured)
@@ -294,4 +290,19 @@ func (c *Controller) debugLevels(now time.Time, n int) string {
 			k, attAt(a, k), ma, mw, c.goodput(classes, k), dw, dg, p.TTFT, p.TPOT, p.Hold, 1000*gm, gw, 1000*c.gap.at(float64(k)))
 	}
 	return string(b)
+}
+
+// learning reports whether the controller is still learning: adaptive,
+// and no level has dwelt under demand long enough for its measured
+// goodput to count (dwell is cleared by a detected shift).
+func (c *Controller) learning() bool {
+	if c.cfg.Fixed {
+		return false
+	}
+	for _, d := range c.dwell {
+		if d.w >= minDwell {
+			return false
+		}
+	}
+	return true
 }

@@ -1,7 +1,6 @@
 package control
 
 import (
-	"fmt"
 	"math"
 	"time"
 )
@@ -27,11 +26,6 @@ type engineLimit struct {
 	most   int
 	mostAt time.Time
 }
-
-const (
-	engineLimitReadings = 3
-	engineLimitMemory   = 10 * time.Minute
-)
 
 func (e *engineLimit) observe(now time.Time, r EngineReading, forwarded int) {
 	if !finite(r.Running) || !finite(r.Waiting) {
@@ -67,23 +61,6 @@ func (e *engineLimit) at(now time.Time) (int, bool) {
 		return e.n, true
 	}
 	return 0, false
-}
-
-// boundByEngine lowers the cap to the engine's own limit when it is above
-// it, and reports whether it did (the reason is set).
-func (c *Controller) boundByEngine(now time.Time) bool {
-	n, ok := c.limit.at(now)
-	if !ok || c.cap <= max(n, c.cfg.MinCap) || c.cfg.Fixed {
-		return false
-	}
-	old := c.cap
-	c.cap = max(n, c.cfg.MinCap)
-	// Once the limit is forgotten, the level above it is tried again only
-	// after the failure backoff, as a level lowered from.
-	f := c.failed[c.cap+1]
-	c.failed[c.cap+1] = failure{at: now, count: f.count + 1}
-	c.reason = fmt.Sprintf("lower %d->%d: the engine runs %d requests at most and queues the rest itself (its metrics)", old, c.cap, n)
-	return true
 }
 
 // waitedInEngine reports whether f may have waited in the engine's own

@@ -153,10 +153,6 @@ func growLevels[T any](levels []T, i, maxN int) []T {
 	return grown
 }
 
-// minLevelWeight is the weight below which a level does not count as a
-// distinct point for the slope.
-const minLevelWeight = 2
-
 // fit refits a and b from the levels aged to now.
 func (c *curve) fit(now time.Time) {
 	var sw, sx, sy, sxx, sxy float64
@@ -265,11 +261,6 @@ func (c *curve) level(n int) (w, mean float64) {
 	l := c.levels[i]
 	return l.w, l.mean()
 }
-
-// outlierFactor is how far above the expected value a sample is taken for
-// an outlier: a chunk gap that held a prefill step rather than a decode
-// step (left out of the step curve and of the shift detector's means).
-const outlierFactor = 3
 
 // shiftDetector watches one latency for a change of regime (an engine
 // slowdown or restart, longer prompts). Per running count it keeps two

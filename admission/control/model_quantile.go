@@ -16,11 +16,6 @@ type sample struct {
 
 func (s sample) at() time.Time { return s.t }
 
-// localReach is how far, in running requests, a sample can weigh in
-// localQuantile: its weight carries a factor exp(-|n - n_i|), and
-// exp(-28) < 1e-12, the weight below which a sample is skipped.
-const localReach = 27
-
 // localSpan returns the levels at which localQuantile can find a sample:
 // within localReach of the lowest and highest level sampled. With no
 // samples the span is empty (lo > hi).

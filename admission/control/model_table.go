@@ -54,122 +54,6 @@ type table struct {
 	attCap int
 }
 
-// fullGapWeight is the weight at which a level's measured mean gap replaces
-// the fitted curve; below it the two are blended in proportion.
-const fullGapWeight = 200
-
-func (c *Controller) spreadAt(now time.Time) spread {
-	p := c.cfg.Percentile
-	tp := c.tpotR.values(now)
-	tf := c.ttftR.values(now)
-	out := c.outTokens.values(now)
-	s := spread{
-		qTPOT: quantile(tp, p, tpotPrior, 3, 20),
-		qTTFT: quantile(tf, p, ttftPrior, 3, 20),
-		mTPOT: 1, mTTFT: 1,
-		outP: quantile(out, p, 0, 1, 1), outMean: mean(out),
-	}
-	if len(tp) > 0 {
-		s.mTPOT = mean(tp)
-	}
-	if len(tf) > 0 {
-		s.mTTFT = mean(tf)
-	}
-	s.stallPer = c.stallPer(s.outMean)
-	return s
-}
-
-// refresh refits the curves and rebuilds the table. At each level n:
-//
-//	gap(n)    = w*measured mean + (1-w)*(a + b n),  w = min(1, weight/200)
-//	TPOT_P(n) = Q_P(tpot / gap(n_i)) * gap(n)
-//
-// Engine TTFT's spread grows with the running count (prefills collide more
-// often), so its P-quantile and median at n are estimated from the recent
-// samples near n (see localQuantile). Predictions are made non-decreasing
-// in n: more requests running never make a step faster.
-func (c *Controller) refresh(now time.Time) {
-	c.tok.refit(now)
-	c.gap.fit(now)
-	c.ttft.fit(now)
-	c.tab.ok = c.gap.ok && c.ttft.ok
-	c.tab.bad = false
-	if !c.tab.ok {
-		return
-	}
-	defer c.checkFinite()
-	s := c.spreadAt(now)
-	c.tab.s = s
-	live := c.ttftSamples.live(now)
-	c.tab.at, c.tab.engineTTFT, c.tab.att = now, live, map[slo.Targets][]float64{}
-	c.tab.tp = c.tpotR.values(now)
-	if k := len(c.tab.tp); k > 64 { // a thinned sample keeps the cost bounded
-		thin := make([]float64, 64)
-		for i := range thin {
-			thin[i] = c.tab.tp[i*k/64]
-		}
-		c.tab.tp = thin
-	}
-	buf := make([]wsample, 0, len(live))
-	lo, hi := localSpan(live)
-	// Above the highest level with a measured gap and beyond the reach of
-	// the live TTFT samples, a prediction follows the fitted curves alone:
-	// predict computes those levels when asked instead of storing MaxCap
-	// of them (with a cap fixed at 100000, 6 MB rebuilt every second).
-	maxN := c.cfg.MaxCap
-	top := maxN
-	if c.curvesOnlyAbove(s) {
-		top = min(maxN, max(len(c.gap.levels)-1, hi, 1))
-	}
-	if cap(c.tab.p) < top+1 {
-		c.tab.p = make([]prediction, top+1)
-	}
-	c.tab.p = c.tab.p[:top+1]
-	var prev prediction
-	tokGap := c.tokenGap(now)
-	for n := 1; n <= top; n++ {
-		g := c.gap.at(float64(n))
-		if tokGap != nil {
-			g = tokGap(n)
-		}
-		if w, m := c.gap.level(n); w > 0 {
-			k := math.Min(1, w/fullGapWeight)
-			g = k*m + (1-k)*g
-		}
-		f := c.ttft.at(float64(n))
-		q, mf := s.qTTFT*f, s.mTTFT*f
-		if n < lo || n > hi {
-			// No live sample is near enough to weigh: localQuantile would
-			// find none (this skip keeps a large MaxCap cheap).
-		} else if w, total := localWeights(live, n, now, c.cfg.Memory, c.ttft.at, buf); total > 0 {
-			// localQuantile at P and at 0.5, from one weighing.
-			q, mf = weightedQuantile(w, total, c.cfg.Percentile), weightedQuantile(w, total, 0.5)
-			buf = w
-		}
-		prev = s.predictionAt(n, g, f, q, mf, prev)
-		c.tab.p[n] = prev
-	}
-}
-
-// checkFinite marks the table unknown (not ok, bad) if anything in it is
-// NaN or infinite: every sample that reaches the model is finite and every
-// ratio has a positive denominator, so this does not happen; if it ever
-// does, Decide holds the cap and Admit lets requests queue, as before
-// anything was learnt, instead of deciding on NaN (every comparison with
-// it is false, which reads as a miss and lowers the cap).
-func (c *Controller) checkFinite() {
-	s := c.tab.s
-	ok := finite(c.gap.a) && finite(c.gap.b) && finite(c.ttft.a) && finite(c.ttft.b) &&
-		finite(s.qTPOT) && finite(s.qTTFT) && finite(s.mTPOT) && finite(s.mTTFT) && finite(s.outP) && finite(s.outMean) && finite(s.stallPer)
-	for n := 1; ok && n < len(c.tab.p); n++ {
-		p := &c.tab.p[n]
-		ok = finite(p.TPOT) && finite(p.TTFT) && finite(p.E2E) && finite(p.MeanTTFT) && finite(p.Hold) && finite(p.Gap) && finite(p.CurveTTFT) && finite(p.TGap)
-	}
-	if !ok {
-		c.tab.ok, c.tab.bad = false, true
-	}
-}
-
 // predictionAt is the prediction at a level with mean gap g, fitted engine
 // TTFT f, and engine TTFT P-quantile q and median mf there, made no lower
 // than prev, the prediction one level below.
@@ -328,13 +212,6 @@ func attAt(a []float64, n int) float64 {
 	}
 	return a[n]
 }
-
-// The forgotten count of requests finished at a cap level from which their
-// measured attainment is used, and from which it replaces the prediction.
-const (
-	measuredMin  = 8
-	measuredFull = 30
-)
 
 // levelsSeen is the highest running count with a sample of either latency:
 // nothing is asked of levels far above it (a fixed cap of 100000 would

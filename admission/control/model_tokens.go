@@ -102,11 +102,6 @@ func (k *tokens) observeStep(now time.Time, running, kv int, gap time.Duration) 
 	k.step.add(now, k.tau, float64(running), x, y)
 }
 
-// hiddenMemory is the time constant of the hidden KV reading: a few
-// scrapes, so that one reading taken between a grant and the engine's
-// admission of it does not swing the step budget.
-const hiddenMemory = 3 * time.Second
-
 // observeEngineKV learns from the engine's own count of resident KV
 // tokens, read from its metrics, against the gateway's count of its
 // running requests' (resident): the difference, when positive, is what the
@@ -162,9 +157,6 @@ type lineFit struct {
 	a, b                float64
 	ok                  bool
 }
-
-// minLineWeight is the forgotten weight of samples a fit needs.
-const minLineWeight = 4
 
 func (f *lineFit) decay(now time.Time, tau time.Duration) {
 	if f.t.IsZero() {
@@ -227,11 +219,6 @@ type planeFit struct {
 	ok      bool
 	samples int
 }
-
-// decayGrain is the least time a planeFit ages its sums by: a sample per
-// output chunk would otherwise cost an exponential each (at a 60 s memory
-// the error is under 2e-4 of a sample's weight).
-const decayGrain = 10 * time.Millisecond
 
 func (f *planeFit) decay(now time.Time, tau time.Duration) {
 	if f.t.IsZero() || f.w == 0 {
@@ -427,12 +414,6 @@ func (c *Controller) stallPer(outMean float64) float64 {
 	f := c.tok.prefill
 	return math.Max(f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
 }
-
-// oversizeShare is the share of the engine's time that requests too long
-// to meet their TTFT target even alone may take in prefill (see
-// admission.Costs.OversizeShare): they are served, never starved, but at a
-// tenth of the engine at most while others can meet theirs.
-const oversizeShare = 0.1
 
 // tokenBudget reports whether the limiter holds a token budget for
 // prefills: the model knows their cost and the budget is not turned off.

@@ -63,11 +63,6 @@ func (c *Controller) slotInterval(now time.Time) (time.Duration, bool) {
 	return seconds(hold / float64(c.cap)), true
 }
 
-// maxPredicted bounds every predicted duration, far above anything a
-// client waits for, so that a prediction from absurd measurements cannot
-// overflow a time.Duration.
-const maxPredicted = 1000 * time.Hour
-
 // seconds converts a prediction in seconds to a duration in
 // [0, maxPredicted]; NaN is 0.
 func seconds(sec float64) time.Duration { return nanos(sec * float64(time.Second)) }
@@ -361,8 +356,6 @@ func (c *Controller) PrefillLimit() int {
 	return c.prefills
 }
 
-const maxPrefills = 64
-
 // raiseOnDemand raises the cap for a request that would queue, as Decide
 // would (raiseTo: by up to a quarter), if the model supports it; not while
 // the ramp is on (Decide doubles the cap then, and a raise here would hold
@@ -417,29 +410,6 @@ func (c *Controller) raiseForBurst(now time.Time) bool {
 func (c *Controller) Promise(now time.Time, queued int, q Query) time.Duration {
 	return c.promise(now, queued, c.cfg.TTFT-c.predictedEngineTTFT(now), q)
 }
-
-// How far ahead the controller hands out slots to refused requests: beyond
-// its horizon a client is told the predicted wait of the last slot handed
-// out, which it waits out and comes back to be told again.
-//
-// An OpenAI SDK (Query.SDK) honours a Retry-After of up to sdkHorizon,
-// and each refusal is one of its three tries: the longer such a client is
-// sent away while the slots are taken, the fewer of its tries the wait for
-// one uses up. With 30 s instead of 60 s, 64 SDK users at a cap of 5
-// failed twice as many requests in their applications at the same
-// goodput. So it gets the longer horizon, while the count cap binds (the
-// engine ran at the cap within peakMemory): slots then free at cap / Hold
-// and the wait for the k-th is predictable. Where the token budget binds
-// instead, slots free as each request's size allows, and a wait predicted
-// a minute ahead sent clients away past the room that freed for them
-// (scenario 16: 8 % less goodput over ten seeds). Other clients get
-// otherHorizon: what they honour is not known, and a client told more
-// than it waits comes back early and is refused again. Either is never
-// longer than the clients are seen to wait (Query.Honoured).
-const (
-	sdkHorizon   = 60 * time.Second
-	otherHorizon = 30 * time.Second
-)
 
 // horizon is how far ahead a slot is promised to q's client: sdkHorizon
 // for an SDK while the count cap binds, else otherHorizon, at most what
