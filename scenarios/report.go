@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,6 +34,11 @@ type Row struct {
 	OracleHalves       [2]float64 `json:"oracle_halves,omitempty"`
 	OracleHalfCaps     [2]int     `json:"oracle_half_caps,omitempty"`
 	ReconvergeSeconds  float64    `json:"reconverge_seconds,omitempty"`
+	// AdaptiveThirds, OracleThirds and OracleThirdCaps are the same per
+	// third of a scenario whose change is undone (Scenario.Recovers).
+	AdaptiveThirds  [3]float64 `json:"adaptive_thirds,omitempty"`
+	OracleThirds    [3]float64 `json:"oracle_thirds,omitempty"`
+	OracleThirdCaps [3]int     `json:"oracle_third_caps,omitempty"`
 	// AdaptiveClasses and OracleClasses split the goodput of a scenario
 	// with users that do not stream (19, 20) into "stream" and "whole".
 	AdaptiveClasses map[string]float64 `json:"adaptive_classes,omitempty"`
@@ -181,20 +187,8 @@ func (s *Suite) row(sc Scenario) Row {
 		c := coldConverge(ad.GoodAt, 0.9*row.OracleGoodput, end)
 		row.ConvergeSeconds = c.Seconds()
 		add(c >= 0 && c <= 20*time.Second, "fresh gateway's goodput over %v reaches 0.9 x oracle within 20s (%.0fs)", ColdWindow, c.Seconds())
-	case 23, 24, 25, 26:
-		// A datacenter knee: reached within 30 s of engine time from a
-		// cold start, within the first 10 s from a state file, and held.
-		end := s.Options.Timing.Warmup + s.timing(sc).Window
-		c := coldConvergeOver(ad.GoodAt, 0.9*row.OracleGoodput, end, DCWindow)
-		row.ConvergeSeconds = c.Seconds()
-		if sc.RestoreOf > 0 {
-			a, o := goodIn(ad.GoodAt, 0, DCWindow), goodIn(or.GoodAt, 0, DCWindow)
-			add(float64(a) >= 0.9*float64(o), "from a state file: good requests in the first %v >= 0.9 x the oracle's in its first %v (%d vs %d)", DCWindow, DCWindow, a, o)
-		} else {
-			add(c >= 0 && c <= DCReach, "cold start: a %v window at 0.9 x oracle starts within %v (%.0fs)", DCWindow, DCReach, c.Seconds())
-		}
-		add(ratio(ad.Goodput, row.OracleGoodput) >= 0.97, "adaptive >= 0.97 x oracle (%.3f)", ratio(ad.Goodput, row.OracleGoodput))
-		add(float64(ad.Failed) <= 1.05*float64(or.Failed)+1, "failed SDK requests at most 5 %% more than the oracle's (%d vs %d)", ad.Failed, or.Failed)
+	case 23, 24, 25, 26, 27, 28:
+		s.dcChecks(sc, &row, ad, or, add)
 	case 30, 31: // traces.go
 		s.traceChecks(sc, &row, ad, eng, or, add)
 	case 1, 2, 6, 7, 8, 19, 20:
@@ -423,9 +417,20 @@ var notMet = map[int][]string{
 // users come back to a cap that has grown meanwhile. Work to do.
 var dcNotMet = map[int][]string{
 	26: {"cold start", "failed SDK requests"},
+	27: {"lost requests"},
+	28: {"third 3"},
+	29: {"the fleet after the join", "lost requests after the join"},
 }
 
 const dcNotMetReason = "not met: the 70B engine's start, see docs/datacenter.md"
+
+// dcNotMetWhy is the reason of dcNotMet's misses of a scenario other than
+// 26.
+var dcNotMetWhy = map[int]string{
+	27: "not met: the cap settles near 120, where goodput is within 3 % of the best static cap's (208) and refusals twice its, see docs/datacenter.md",
+	28: "not met: the climb back after the recovery overshoots into the cliff (243) and goodput falls for 20 s, see docs/datacenter.md",
+	29: "not met: the new replica ramps from cap 1 where the static fleet's takes 208 at once, see docs/datacenter.md",
+}
 
 // rampNotMet are the misses of existing scenarios since the ramp on seed 1
 // (the sweep of 2026-12-06, docs/datacenter.md): 5's adaptive with SDK
@@ -473,7 +478,7 @@ func markNotMet(id int, checks []Check) {
 		}
 		for _, p := range dcNotMet[id] {
 			if !checks[i].OK && strings.HasPrefix(checks[i].What, p) {
-				checks[i].Reported = dcNotMetReason
+				checks[i].Reported = cmp.Or(dcNotMetWhy[id], dcNotMetReason)
 			}
 		}
 		for _, p := range rampNotMet[id] {

@@ -25,6 +25,9 @@ type RunResult struct {
 	// Halves splits the window at the scenario's change.
 	Goodput float64    `json:"goodput"`
 	Halves  [2]float64 `json:"halves"`
+	// Thirds splits the window of a scenario whose change is undone
+	// (Scenario.Recovers) at the change and at its undoing.
+	Thirds [3]float64 `json:"thirds"`
 	// Counts over the measured window. Failed counts the requests their
 	// clients gave up on (refused or failed on their last attempt; see
 	// bench.Clients): errors in someone's application.
@@ -75,20 +78,7 @@ const ColdWindow = 30 * time.Second
 // moment the goodput over the trailing ColdWindow first reaches goal, less
 // the ColdWindow it needs to be measured. -1 if none until end.
 func coldConverge(goodAt []time.Duration, goal float64, end time.Duration) time.Duration {
-	return coldConvergeOver(goodAt, goal, end, ColdWindow)
-}
-
-// coldConvergeOver is coldConverge over windows of w.
-func coldConvergeOver(goodAt []time.Duration, goal float64, end, w time.Duration) time.Duration {
-	need := goal * w.Seconds()
-	for from := time.Duration(0); from+w <= end; from += time.Second {
-		lo, _ := slices.BinarySearch(goodAt, from)
-		hi, _ := slices.BinarySearch(goodAt, from+w)
-		if float64(hi-lo) >= need {
-			return from
-		}
-	}
-	return -1
+	return reachAfter(goodAt, goal, 0, end, ColdWindow)
 }
 
 // DCWindow is the span over which a datacenter scenario's start is

@@ -48,6 +48,46 @@ func TestColdConverge(t *testing.T) {
 	}
 }
 
+// After a change (scenario 28's undoing) the reach counts from the change,
+// in whole seconds from it, and windows that end after the run do not
+// count.
+func TestReachAfter(t *testing.T) {
+	s := time.Second
+	var good []time.Duration
+	// Two a second up to 50 s, none from 50 to 62 s, two a second after.
+	for at := 500 * time.Millisecond; at < 120*s; at += 500 * time.Millisecond {
+		if at < 50*s || at >= 62*s {
+			good = append(good, at)
+		}
+	}
+	// From 50 s, 15 in 10 s (1.5/s): [50.5, 60.5) holds none until 62 s;
+	// [55, 65) holds 62..64.5 = 6; [57, 67) 62..66.5 = 10; [59.5, 69.5)
+	// is not a window (whole seconds); [60, 70) 62..69.5 = 16.
+	if got := reachAfter(good, 1.5, 50*s, 120*s, 10*s); got != 10*s {
+		t.Errorf("reached %v after 50s, want 10s", got)
+	}
+	if got := reachAfter(good, 1.5, 50*s, 69*s, 10*s); got != -1 {
+		t.Errorf("a window ending after the run counted: reached %v after 50s", got)
+	}
+	if got := reachAfter(good, 1.5, 0, 120*s, 10*s); got != 0 {
+		t.Errorf("reached %v from the start, want 0", got)
+	}
+}
+
+// A change that is undone (Scenario.Recovers) happens at a third of the
+// window and is undone at two thirds; one that is not happens halfway.
+func TestChanges(t *testing.T) {
+	tm := Timing{Warmup: time.Minute, Window: 3 * time.Minute}
+	sc, _ := ByID(28)
+	if at, back := sc.changes(tm); at != 2*time.Minute || back != 3*time.Minute {
+		t.Errorf("28: change at %v, undone at %v; want 2m0s and 3m0s", at, back)
+	}
+	sc, _ = ByID(5)
+	if at, back := sc.changes(tm); at != tm.ChangeAt() || back != 0 {
+		t.Errorf("5: change at %v, undone at %v; want %v and never", at, back, tm.ChangeAt())
+	}
+}
+
 // Scenario 9's TTFT target sits at the engine's edge: between the solo
 // TTFT of the shortest and the longest prompts, so that at cap 1 some
 // requests miss it and most meet it.

@@ -213,8 +213,13 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		defer t1.Stop()
 	}
 	if r.Scenario.StepFactor > 0 {
-		t := time.AfterFunc(r.Timing.ChangeAt(), func() { eng.SetStepFactor(r.Scenario.StepFactor) })
+		at, back := r.Scenario.changes(r.Timing)
+		t := time.AfterFunc(at, func() { eng.SetStepFactor(r.Scenario.StepFactor) })
 		defer t.Stop()
+		if back > 0 {
+			t := time.AfterFunc(back, func() { eng.SetStepFactor(1) })
+			defer t.Stop()
+		}
 	}
 	tr := front.tr
 	defer tr.CloseIdleConnections()
@@ -333,6 +338,14 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 	if d := to.Sub(mid).Seconds(); d > 0 {
 		res.Halves[1] = float64(count(bench.Slice(lv.Records, mid, to))) / d
 	}
+	if at, back := r.Scenario.changes(r.Timing); r.Scenario.Recovers {
+		bounds := []time.Time{from, start.Add(at), start.Add(back), to}
+		for i := range res.Thirds {
+			if d := bounds[i+1].Sub(bounds[i]).Seconds(); d > 0 {
+				res.Thirds[i] = float64(count(bench.Slice(lv.Records, bounds[i], bounds[i+1]))) / d
+			}
+		}
+	}
 	if traj != nil {
 		end := to.Sub(start)
 		// A change at the window's last instant races with the end of the
@@ -345,7 +358,8 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 		res.FinalCap, res.Converge = convergence(res.Caps, 0, end)
 		res.HeldCap = heldCap(res.Caps, from.Sub(start), end)
 		if r.Scenario.HasChange() {
-			_, res.Reconverge = convergence(res.Caps, r.Timing.ChangeAt(), end)
+			at, _ := r.Scenario.changes(r.Timing)
+			_, res.Reconverge = convergence(res.Caps, at, end)
 		}
 	}
 	return res

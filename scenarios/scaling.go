@@ -1,11 +1,13 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"time"
 
 	"github.com/kneecap/kneecap/bench"
@@ -45,6 +47,21 @@ type Scaling struct {
 	// Tries bounds the replicas the balancer tries per request (0: 3);
 	// 1 is a balancer that cannot retry a refusal.
 	Tries int
+	// TTFT and TPOT are the targets of the clients and of every replica's
+	// gateway; zero means TTFTTarget and TPOTTarget.
+	TTFT, TPOT time.Duration
+	// JoinAt, with Fixed, has one replica more join the fleet then, a cold
+	// engine and a cold gateway, ready at once (scenario 29).
+	JoinAt time.Duration
+	// StaticCap, when positive, is every replica's static count cap
+	// (KNEECAP_MAX_CONCURRENCY, without the token budget, as the suite's
+	// static caps): the oracle's fleet.
+	StaticCap int
+}
+
+// targets are the scenario's targets (see Scaling.TTFT).
+func (s Scaling) targets() bench.Targets {
+	return bench.Targets{TTFT: cmp.Or(s.TTFT, TTFTTarget), TPOT: cmp.Or(s.TPOT, TPOTTarget)}
 }
 
 // HPA is the Kubernetes HorizontalPodAutoscaler's rule (autoscaling/v2)
@@ -99,6 +116,14 @@ type ScalingResult struct {
 	// request whose stream was cut is Failed.
 	Completed, Rejected, Failed int
 	FailedSamples               []string
+	// ByReplica are the end times of the good requests by the replica
+	// that served them; Unattributed counts the good requests the
+	// balancer could not tell apart (two arriving at one instant).
+	ByReplica    map[string][]time.Duration
+	Unattributed int
+	// Arrived are the arrival times of the good requests, Lost those of
+	// the refused and failed ones.
+	Arrived, Lost []time.Duration
 }
 
 // GoodputBetween is the good requests that ended in [from, to), per second.
@@ -129,7 +154,7 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	res := &ScalingResult{}
-	f := &fleet{s: s, start: time.Now(), res: res, ctx: ctx, seed: seed}
+	f := &fleet{s: s, start: time.Now(), res: res, ctx: ctx, seed: seed, servedBy: map[int64]string{}}
 	// On every return: the autoscaler and the scrapes stop, every replica
 	// drains and stops, and nothing started here outlives Run.
 	var lbSrv *http.Server
@@ -147,6 +172,11 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 	}
 	for range initial {
 		if err := f.add(0); err != nil {
+			return *res, err
+		}
+	}
+	if s.Fixed > 0 && s.JoinAt > 0 {
+		if err := f.add(s.JoinAt); err != nil {
 			return *res, err
 		}
 	}
@@ -183,27 +213,45 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 			return time.Duration(r.ExpFloat64() / rateAt(elapsed) * float64(time.Second))
 		},
 		Workload: Scenario{Profile: s.Profile, Workload: s.Workload}.workload(Timing{}),
-		Seed:     seed, IgnoreEOS: true, Targets: bench.Targets{TTFT: TTFTTarget, TPOT: TPOTTarget},
+		Seed:     seed, IgnoreEOS: true, Targets: s.targets(),
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {
 		return *res, err
 	}
+	res.ByReplica = map[string][]time.Duration{}
 	for _, rec := range rep.Levels[0].Records {
 		switch rec.Outcome {
 		case bench.Completed:
 			res.Completed++
 			if rec.Good {
 				res.Good = append(res.Good, rec.End.Sub(f.start))
+				res.Arrived = append(res.Arrived, rec.Due.Sub(f.start))
+				f.mu.Lock()
+				name := f.servedBy[rec.Due.UnixNano()]
+				f.mu.Unlock()
+				if name == "" {
+					res.Unattributed++
+				} else {
+					res.ByReplica[name] = append(res.ByReplica[name], rec.End.Sub(f.start))
+				}
 			}
 		case bench.Rejected:
 			res.Rejected++
+			res.Lost = append(res.Lost, rec.Due.Sub(f.start))
 		case bench.Failed:
 			res.Failed++
+			res.Lost = append(res.Lost, rec.Due.Sub(f.start))
 			if len(res.FailedSamples) < 5 {
 				res.FailedSamples = append(res.FailedSamples, fmt.Sprintf("status %d reason %q: %s", rec.Status, rec.Reason, rec.Err))
 			}
 		}
+	}
+	slices.Sort(res.Good)
+	slices.Sort(res.Lost)
+	slices.Sort(res.Arrived)
+	for _, g := range res.ByReplica {
+		slices.Sort(g)
 	}
 	cancel()
 	lbSrv.Close()

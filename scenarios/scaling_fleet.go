@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -42,6 +43,10 @@ type fleet struct {
 	wg      sync.WaitGroup
 	ctx     context.Context
 	seed    uint64
+	// servedBy is the replica that answered each request, by the instant
+	// it arrived (in virtual time the instant it was due); "" when two
+	// arrived at one instant.
+	servedBy map[int64]string
 }
 
 // stopAll drains every replica still in the fleet (a loading one never
@@ -81,11 +86,16 @@ func (f *fleet) add(delay time.Duration) error {
 		engE, _ := newEndpoint(m.name+"-engine", false)
 		gwE, _ := newEndpoint(m.name, false)
 		adminE, _ := newEndpoint(m.name+"-admin", false)
-		cfg, err := gateway.ConfigFromEnv([]string{
+		tg := f.s.targets()
+		env := []string{
 			"KNEECAP_UPSTREAM=http://" + engE.host,
-			"KNEECAP_SLO_TTFT=" + TTFTTarget.String(), "KNEECAP_SLO_TPOT=" + TPOTTarget.String(),
+			"KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String(),
 			"KNEECAP_DRAIN_TIMEOUT=" + f.s.HPA.DrainGrace.String(),
-		})
+		}
+		if f.s.StaticCap > 0 {
+			env = append(env, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(f.s.StaticCap), "KNEECAP_TOKEN_BUDGET=false")
+		}
+		cfg, err := gateway.ConfigFromEnv(env)
 		if err != nil {
 			return err
 		}
@@ -173,6 +183,7 @@ func (f *fleet) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		req.Body.Close()
 	}
+	arrived := time.Now().UnixNano()
 	tried := map[*member]bool{}
 	var last *http.Response
 	var lastErr error = fmt.Errorf("no replica ready")
@@ -218,6 +229,13 @@ func (f *fleet) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue
 		}
 		resp.Body = &flightBody{ReadCloser: resp.Body, release: func() { f.done(m) }}
+		f.mu.Lock()
+		if _, twice := f.servedBy[arrived]; twice {
+			f.servedBy[arrived] = ""
+		} else {
+			f.servedBy[arrived] = m.name
+		}
+		f.mu.Unlock()
 		if last != nil {
 			last.Body.Close()
 		}

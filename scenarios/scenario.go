@@ -34,6 +34,10 @@ type Scenario struct {
 	// KneeShare is the open-loop mean rate as a share of the knee's
 	// capacity.
 	KneeShare float64
+	// Rate, when positive, is the open-loop mean rate in requests/s, in
+	// place of KneeShare's: a share of another engine's knee, measured and
+	// written down (DCKnee), so that the scenario needs no scenario 1 run.
+	Rate float64
 	// Burst makes open-loop arrivals on/off: BurstOn at KneeShare*on/(on+off)
 	// ... see interarrival.
 	BurstOn, BurstOff time.Duration
@@ -44,6 +48,10 @@ type Scenario struct {
 	// StepFactor times as long.
 	PromptDoubles bool
 	StepFactor    float64
+	// Recovers undoes the change: it happens at a third of the window and
+	// is undone at two thirds (the steps back to their time, the prompts
+	// to their length); the window is judged in thirds (RunResult.Thirds).
+	Recovers bool
 	// TightShare of the requests carry x-slo-tpot-ms: TightTPOT.
 	TightShare float64
 	TightTPOT  time.Duration
@@ -100,6 +108,10 @@ type Scenario struct {
 	Window time.Duration
 	// NoPeers runs no peer algorithm on the scenario.
 	NoPeers bool
+	// Lean runs only the adaptive gateway with the suite's clients and the
+	// static caps: no engine alone (a datacenter engine alone serves no
+	// good request), no today's clients, no oracle peer; for CI's time.
+	Lean bool
 	// AloneSweep runs the engine alone with each of the suite's
 	// AloneUsers users, for the best of them (closed loop only).
 	AloneSweep bool
@@ -146,6 +158,16 @@ var DefaultTiming = Timing{Warmup: 60 * time.Second, Window: 12 * time.Minute}
 
 // ChangeAt is when the change of a scenario happens, from the run's start.
 func (t Timing) ChangeAt() time.Duration { return t.Warmup + t.Window/2 }
+
+// changes returns when the scenario's change happens and when it is undone
+// (0: never), from the run's start: halfway, or at a third and two thirds
+// of the window when it Recovers.
+func (s Scenario) changes(t Timing) (at, back time.Duration) {
+	if s.Recovers {
+		return t.Warmup + t.Window/3, t.Warmup + 2*t.Window/3
+	}
+	return t.ChangeAt(), 0
+}
 
 // EdgeShare is the share of requests that meet scenario 9's TTFT target on
 // the engine alone at cap 1: its target is that quantile of the solo TTFT
@@ -217,24 +239,6 @@ var (
 	NotStreamedWorkload = EdgeWorkload
 	E2ETarget           = 13 * time.Second
 )
-
-// DatacenterWorkload is the datacenter scenarios' chat: 800-token prompts
-// and 200-token answers, each within 50 %.
-var DatacenterWorkload = sim.Workload{PromptTokens: 800, OutputTokens: 200, RangeRatio: 0.5}
-
-// datacenter sets a datacenter scenario: an 8B model on one H100
-// (sim.H1008B: a 7 ms step, 60 us per sequence, 15 ns per KV token, 30 us
-// per prompt token, 1024 sequences), 256 closed-loop
-// users of DatacenterWorkload, TPOT target 50 ms, a cold start judged over
-// 10 s windows, 2 minutes measured after the warm-up, static caps 64-256.
-func datacenter(sc *Scenario) {
-	sc.Users = 256
-	sc.Profile, sc.Workload = sim.H1008B, DatacenterWorkload
-	sc.TPOT = 50 * time.Millisecond
-	sc.ColdStart, sc.NoPeers = true, true
-	sc.Window = 2 * time.Minute
-	sc.SweptCaps, sc.OwnCaps = []int{48, 64, 96, 128, 192, 256}, true
-}
 
 // All returns the scenarios: the eight of issue 5, 9-13 of issue 14,
 // 16-18 of issue 20 and 19-20 of issue 21 (14 and 15 are the mixes,
@@ -340,6 +344,8 @@ func All() []Scenario {
 			sc.Workload.PromptTokens *= 2
 			sc.Window = 3 * time.Minute
 		}),
+		s(27, "dc-open-1.5x", dcOpenLoop),
+		s(28, "dc-slowdown-recovers", dcSlowdown),
 		// 19 and 20 measure 6 minutes (about 700 good completions at the
 		// knee) and run no peers, to keep the suite within CI's time.
 		s(19, "not-streamed", func(sc *Scenario) {
@@ -377,13 +383,13 @@ func (s Scenario) noStream(u int) bool {
 // at the change, a share of requests with a tighter TPOT header, a share
 // of long prompts, and the flood's users.
 func (s Scenario) workload(t Timing) bench.Workload {
-	changeAt := t.ChangeAt()
+	changeAt, back := s.changes(t)
 	return bench.WorkloadFunc(func(sl bench.Slot) bench.Request {
 		if s.FloodUsers > 0 && sl.User >= s.Users {
 			return s.floodRequest(sl)
 		}
 		w, class := s.Workload, "default"
-		if s.PromptDoubles && sl.Elapsed >= changeAt {
+		if s.PromptDoubles && sl.Elapsed >= changeAt && (back == 0 || sl.Elapsed < back) {
 			w.PromptTokens *= 2
 		}
 		if s.LongShare > 0 && sl.Rand.Float64() < s.LongShare {
@@ -456,5 +462,8 @@ func (s Scenario) interarrival() func(r *rand.Rand, rate float64, elapsed time.D
 
 // rate is the open-loop rate for a knee capacity in requests/s.
 func (s Scenario) rate(kneeCapacity float64) float64 {
+	if s.Rate > 0 {
+		return s.Rate
+	}
 	return math.Max(s.KneeShare*kneeCapacity, 0.01)
 }

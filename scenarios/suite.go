@@ -150,7 +150,7 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 			s.Scenarios = append(s.Scenarios, sc)
 		}
 	}
-	needsKnee := func(sc Scenario) bool { return (sc.Users == 0 && sc.Trace == nil) || sc.RestoreOf > 0 }
+	needsKnee := func(sc Scenario) bool { return (sc.Users == 0 && sc.Trace == nil && sc.Rate == 0) || sc.RestoreOf > 0 }
 	var first, second []Scenario
 	for _, sc := range s.Scenarios {
 		if needsKnee(sc) {
@@ -172,6 +172,9 @@ func RunSuite(t *testing.T, opt Options) *Suite {
 		s.runStage(t, s.Scenarios, s.KneeCapacity, func(sc Scenario) []Mode {
 			c, _ := s.oracle(sc.ID, -1)
 			var m []Mode
+			if sc.Lean {
+				return nil
+			}
 			for _, p := range OraclePeers {
 				m = append(m, Mode{Kind: "peer", Peer: p, Cap: max(c, 1)})
 			}
@@ -196,8 +199,12 @@ func (s *Suite) stopped() bool { return s.Options.Context != nil && s.Options.Co
 
 // modes lists the runs of one scenario.
 func (s *Suite) modes(sc Scenario) []Mode {
-	m := append([]Mode{{Kind: "engine"}, {Kind: "adaptive"}}, sc.traceModes()...)
-	if sc.Users > 0 && s.clients(sc) != bench.ClientsNext {
+	var m []Mode
+	if !sc.Lean {
+		m = append(m, Mode{Kind: "engine"})
+	}
+	m = append(append(m, Mode{Kind: "adaptive"}), sc.traceModes()...)
+	if sc.Users > 0 && s.clients(sc) != bench.ClientsNext && !sc.Lean {
 		m = append(m, Mode{Kind: "adaptive", Clients: "next"}) // today's clients
 	}
 	if sc.AloneSweep && sc.Users > 0 {
