@@ -419,7 +419,6 @@ var dcNotMet = map[int][]string{
 	26: {"cold start", "failed SDK requests"},
 	27: {"lost requests"},
 	28: {"third 3"},
-	29: {"the fleet after the join", "lost requests after the join"},
 }
 
 const dcNotMetReason = "not met: the 70B engine's start, see docs/datacenter.md"
@@ -429,7 +428,6 @@ const dcNotMetReason = "not met: the 70B engine's start, see docs/datacenter.md"
 var dcNotMetWhy = map[int]string{
 	27: "not met: the cap settles near 120, where goodput is within 3 % of the best static cap's (208) and refusals twice its, see docs/datacenter.md",
 	28: "not met: the climb back after the recovery overshoots into the cliff (243) and goodput falls for 20 s, see docs/datacenter.md",
-	29: "not met: the new replica ramps from cap 1 where the static fleet's takes 208 at once, see docs/datacenter.md",
 }
 
 // rampNotMet are the misses of existing scenarios since the ramp on seed 1

@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httputil"
+	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -53,6 +55,14 @@ type Scaling struct {
 	// JoinAt, with Fixed, has one replica more join the fleet then, a cold
 	// engine and a cold gateway, ready at once (scenario 29).
 	JoinAt time.Duration
+	// SharedState, with JoinAt, runs every adaptive replica as the deploy
+	// kit's fleet does with a shared state file: the same upstream on
+	// every replica (http://127.0.0.1:8000, the sidecar's engine) and one
+	// KNEECAP_STATE_FILE on a volume they all write (last writer wins);
+	// the joining replica starts from the state replica-1 saved at the
+	// join (a deterministic writer: in a cluster it is whichever wrote
+	// last, at most 30 s before).
+	SharedState bool
 	// StaticCap, when positive, is every replica's static count cap
 	// (KNEECAP_MAX_CONCURRENCY, without the token budget, as the suite's
 	// static caps): the oracle's fleet.
@@ -155,6 +165,14 @@ func (s Scaling) Run(ctx context.Context, seed uint64) (ScalingResult, error) {
 	defer cancel()
 	res := &ScalingResult{}
 	f := &fleet{s: s, start: time.Now(), res: res, ctx: ctx, seed: seed, servedBy: map[int64]string{}}
+	if s.SharedState && s.StaticCap == 0 {
+		dir, err := os.MkdirTemp("", "kneecap-fleet-state-")
+		if err != nil {
+			return *res, err
+		}
+		defer os.RemoveAll(dir)
+		f.stateFile = filepath.Join(dir, "state.json")
+	}
 	// On every return: the autoscaler and the scrapes stop, every replica
 	// drains and stops, and nothing started here outlives Run.
 	var lbSrv *http.Server

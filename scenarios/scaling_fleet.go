@@ -47,6 +47,8 @@ type fleet struct {
 	// it arrived (in virtual time the instant it was due); "" when two
 	// arrived at one instant.
 	servedBy map[int64]string
+	// stateFile is the fleet's shared KNEECAP_STATE_FILE (Scaling.SharedState).
+	stateFile string
 }
 
 // stopAll drains every replica still in the fleet (a loading one never
@@ -87,10 +89,19 @@ func (f *fleet) add(delay time.Duration) error {
 		gwE, _ := newEndpoint(m.name, false)
 		adminE, _ := newEndpoint(m.name+"-admin", false)
 		tg := f.s.targets()
+		upstream := "http://" + engE.host
+		if f.stateFile != "" {
+			// A sidecar's engine: one URL on every replica (the
+			// replica's own transport dials its own engine).
+			upstream = "http://127.0.0.1:8000"
+		}
 		env := []string{
-			"KNEECAP_UPSTREAM=http://" + engE.host,
+			"KNEECAP_UPSTREAM=" + upstream,
 			"KNEECAP_SLO_TTFT=" + tg.TTFT.String(), "KNEECAP_SLO_TPOT=" + tg.TPOT.String(),
 			"KNEECAP_DRAIN_TIMEOUT=" + f.s.HPA.DrainGrace.String(),
+		}
+		if f.stateFile != "" {
+			env = append(env, "KNEECAP_STATE_FILE="+f.stateFile)
 		}
 		if f.s.StaticCap > 0 {
 			env = append(env, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(f.s.StaticCap), "KNEECAP_TOKEN_BUDGET=false")
@@ -137,6 +148,14 @@ func (f *fleet) add(delay time.Duration) error {
 		case <-time.After(delay):
 		case <-f.ctx.Done():
 			return
+		}
+		if f.stateFile != "" {
+			f.mu.Lock()
+			first := f.members[0].gw
+			f.mu.Unlock()
+			if err := first.SaveState(); err != nil {
+				panic(err) // the fleet's replicas write the same file every 30 s
+			}
 		}
 		if err := start(); err != nil {
 			panic(err) // the same settings started the first replicas

@@ -11,15 +11,21 @@ import (
 // Scenario29 is a fresh replica joining a loaded fleet: two datacenter
 // replicas (sim.H1008B, DatacenterWorkload, targets 1 s / 50 ms) start cold
 // under open-loop arrivals at three times DCKnee (1.5 times their knee,
-// the load an autoscaler adds a replica for); after a minute a third joins,
-// a cold engine behind a cold gateway, and the fleet is measured for the
-// minute after. The balancer sends each request to the replica with the
-// fewest in flight and retries a refusal on another (scaling_fleet.go).
+// the load an autoscaler adds a replica for); at JoinAt a third joins, a
+// cold engine behind a gateway that starts from the fleet's state file
+// (SharedState: what its siblings learnt on the same engine and targets),
+// and the fleet is measured for the minute after. The balancer sends each
+// request to the replica with the fewest in flight and retries a refusal
+// on another (scaling_fleet.go).
 var Scenario29 = Scaling{
 	Profile: sim.H1008B, Workload: DatacenterWorkload, TPOT: 50 * time.Millisecond,
 	Rate: 3 * DCKnee, Phases: [3]time.Duration{100 * time.Second}, HPA: DefaultHPA,
-	Fixed: 2, JoinAt: 40 * time.Second,
+	Fixed: 2, JoinAt: 40 * time.Second, SharedState: true,
 }
+
+// Scenario29Cold is scenario 29 without the shared state file: the new
+// replica's gateway starts cold, at cap 1 (printed for comparison).
+var Scenario29Cold = func() Scaling { s := Scenario29; s.SharedState = false; return s }()
 
 // JoinOracleCaps are the static caps of scenario 29's oracle fleets (every
 // replica at the one cap, the same arrivals and join): 23's oracle cap and
@@ -35,8 +41,9 @@ func (s Scaling) joiner() string { return fmt.Sprintf("replica-%d", s.Fixed+1) }
 // size. The checks, as the datacenter scenarios': the new replica's first
 // DCWindow at 0.9 x its share begins within DCReach of its joining; after
 // the join the fleet serves >= 0.97 x the oracle's goodput and loses
-// (refused or failed) at most 5 % more requests than it.
-func JoinReport(s Scaling, auto ScalingResult, oracles map[int]ScalingResult) ([]Check, string) {
+// (refused or failed) at most 5 % more requests than it. cold, when it
+// has run (ByReplica set), is the same fleet with a cold joiner, printed.
+func JoinReport(s Scaling, auto, cold ScalingResult, oracles map[int]ScalingResult) ([]Check, string) {
 	end := s.Phases[0] + s.Phases[1] + s.Phases[2]
 	bestCap, best := 0, -1.0
 	for c, r := range oracles {
@@ -58,17 +65,22 @@ func JoinReport(s Scaling, auto ScalingResult, oracles map[int]ScalingResult) ([
 	for at := time.Duration(0); at < end; at += DCWindow {
 		fmt.Fprintf(&b, " %d/%d (%d/%d)", goodIn(auto.Good, at, DCWindow), goodIn(or.Good, at, DCWindow), goodIn(auto.Lost, at, DCWindow), goodIn(or.Lost, at, DCWindow))
 	}
+	if cold.ByReplica != nil {
+		fmt.Fprintf(&b, "; a cold joiner instead: %.3f after the join, the new replica's good requests per %v:", cold.GoodputBetween(s.JoinAt, end), DCWindow)
+		for at := s.JoinAt; at < end; at += DCWindow {
+			fmt.Fprintf(&b, " %d", goodIn(cold.ByReplica[name], at, DCWindow))
+		}
+		fmt.Fprintf(&b, ", the fleet's good and lost per %v from the join:", DCWindow)
+		for at := s.JoinAt; at < end; at += DCWindow {
+			fmt.Fprintf(&b, " %d (%d)", goodIn(cold.Good, at, DCWindow), goodIn(cold.Lost, at, DCWindow))
+		}
+		ca := goodIn(cold.Arrived, s.JoinAt, end-s.JoinAt)
+		fmt.Fprintf(&b, ", good of those arrived after it %d, lost %d", ca, countFrom(cold.Lost, s.JoinAt))
+	}
 	for c, r := range oracles {
 		fmt.Fprintf(&b, "; static cap %d: %.3f after the join", c, r.GoodputBetween(s.JoinAt, end))
 	}
-	lost := func(r ScalingResult) (n int) {
-		for _, at := range r.Lost {
-			if at >= s.JoinAt {
-				n++
-			}
-		}
-		return n
-	}
+	lost := func(r ScalingResult) int { return countFrom(r.Lost, s.JoinAt) }
 	var checks []Check
 	add := func(ok bool, format string, args ...any) {
 		checks = append(checks, Check{What: fmt.Sprintf(format, args...), OK: ok})
@@ -80,4 +92,14 @@ func JoinReport(s Scaling, auto ScalingResult, oracles map[int]ScalingResult) ([
 	add(float64(a) <= 1.05*float64(o)+1, "lost requests after the join (refused or failed) at most 5 %% more than the oracle's (%d vs %d)", a, o)
 	markNotMet(29, checks)
 	return checks, b.String()
+}
+
+// countFrom is the number of instants in ts at or after from.
+func countFrom(ts []time.Duration, from time.Duration) (n int) {
+	for _, at := range ts {
+		if at >= from {
+			n++
+		}
+	}
+	return n
 }

@@ -7,9 +7,10 @@ import (
 	"testing/synctest"
 )
 
-// TestScalingJoin runs scenario 29 in virtual time: a cold replica joins a
-// loaded fleet of two datacenter replicas, the adaptive fleet against
-// static fleets at JoinOracleCaps, in parallel. It fails on a check of
+// TestScalingJoin runs scenario 29 in virtual time: a replica joins a
+// loaded fleet of two datacenter replicas from the fleet's state file, the
+// adaptive fleet against static fleets at JoinOracleCaps and against the
+// same fleet with a cold joiner (printed), in parallel. It fails on a check of
 // JoinReport not listed as not met (report.go), and when the balancer
 // could not tell which replica served a good request.
 func TestScalingJoin(t *testing.T) {
@@ -19,13 +20,17 @@ func TestScalingJoin(t *testing.T) {
 	s := Scenario29
 	var mu sync.Mutex
 	oracles := map[int]ScalingResult{}
-	var auto ScalingResult
+	var auto, cold ScalingResult
 	t.Run("fleets", func(t *testing.T) {
-		for _, c := range append([]int{0}, JoinOracleCaps...) {
+		// -1: the cold joiner's fleet; 0: the adaptive fleet with the state file.
+		for _, c := range append([]int{0, -1}, JoinOracleCaps...) {
 			t.Run(fmt.Sprintf("cap-%d", c), func(t *testing.T) {
 				t.Parallel()
 				fs := s
-				fs.StaticCap = c
+				if c < 0 {
+					fs = Scenario29Cold
+				}
+				fs.StaticCap = max(c, 0)
 				var res ScalingResult
 				var err error
 				synctest.Test(t, func(t *testing.T) { res, err = fs.Run(t.Context(), *flagSeed) })
@@ -37,9 +42,12 @@ func TestScalingJoin(t *testing.T) {
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				if c == 0 {
+				switch {
+				case c == 0:
 					auto = res
-				} else {
+				case c < 0:
+					cold = res
+				default:
 					oracles[c] = res
 				}
 			})
@@ -48,7 +56,7 @@ func TestScalingJoin(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	checks, summary := JoinReport(s, auto, oracles)
+	checks, summary := JoinReport(s, auto, cold, oracles)
 	t.Logf("scenario 29 (seed %d): %d completed, %d rejected, %d failed, %d good not told apart by replica; %s", *flagSeed, auto.Completed, auto.Rejected, auto.Failed, auto.Unattributed, summary)
 	for _, c := range checks {
 		switch {
