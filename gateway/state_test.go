@@ -3,11 +3,13 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,5 +104,53 @@ func TestStateSettings(t *testing.T) {
 		if _, err := ConfigFromEnv(append([]string{up}, env...)); settingVar(err) != "KNEECAP_STATE_MAX_AGE" {
 			t.Errorf("%v: %v, want an error naming KNEECAP_STATE_MAX_AGE", env, err)
 		}
+	}
+}
+
+// A fleet's replicas may share one state file (a sidecar's upstream is the
+// same URL on every pod): gateways writing it at once leave one whole
+// state of one of them, never a mix or a torn file, and a new gateway
+// starts from it.
+func TestStateFileSharedByAFleet(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleet.json")
+	env := func(cap string) []string {
+		return []string{"KNEECAP_UPSTREAM=http://127.0.0.1:8000", "KNEECAP_STATE_FILE=" + path, "KNEECAP_INITIAL_CAP=" + cap}
+	}
+	quiet := WithLogger(slog.New(slog.DiscardHandler))
+	writers := []*Gateway{newFromEnv(t, env("24"), quiet), newFromEnv(t, env("40"), quiet)}
+	cfg, _ := ConfigFromEnv(env("1"))
+	var wg sync.WaitGroup
+	for _, g := range writers {
+		wg.Go(func() {
+			for range 50 {
+				if err := g.SaveState(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		for range 200 {
+			s, err := learnt.Load(path, LearntEngine(cfg), time.Hour, time.Now())
+			if err != nil && !errors.Is(err, learnt.ErrMissing) {
+				t.Errorf("a reader while two write: %v", err)
+				return
+			}
+			if err == nil && s.Cap != 24 && s.Cap != 40 {
+				t.Errorf("a reader while two write: cap %d, want 24 or 40", s.Cap)
+				return
+			}
+		}
+	})
+	wg.Wait()
+	if left, _ := filepath.Glob(filepath.Join(dir, "*")); len(left) != 1 {
+		t.Errorf("files left beside the state: %v", left)
+	}
+	var logs bytes.Buffer
+	g := newFromEnv(t, env("1"), WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if got := g.Limiter().Limit(); (got != 24 && got != 40) || !strings.Contains(logs.String(), "state file restored") {
+		t.Errorf("a new replica: cap %d, log %q; want 24 or 40, restored", got, logs.String())
 	}
 }
