@@ -11,5 +11,8 @@
 // starts cold; never a crash or a wrong cap.
 //
 // The package owns no state: the gateway owns the file and decides when to
-// write it (every SaveInterval and once at its end).
+// write it (every SaveInterval and once at its end). Several gateways may
+// write one file (a fleet on a shared volume): each writes its own
+// temporary file and renames it, so the last rename wins and a reader
+// gets one whole state.
 package learnt
