@@ -60,32 +60,3 @@ func TestRampWaitsForE2EOnlyRequestsToFinish(t *testing.T) {
 		t.Fatalf("cap after 90 s judged by E2E alone: %d, want >= 32 (the ramp climbs from measured levels); caps %v", got, caps)
 	}
 }
-
-// Before anything is known of the releases (no request finished yet), a
-// refused request is told the doubling that brings a slot for it, each
-// after the one refused before it: the queue of a cold start comes back
-// spread over the ramp's doublings, not all a second later. Once the ramp
-// has ended, a second.
-func TestColdRefusalsAreSpreadOverTheDoublings(t *testing.T) {
-	c := NewController(ControllerConfig{TPOT: 50 * time.Millisecond})
-	if _, ok := c.PredictWait(t0, 0); ok {
-		t.Fatal("a fresh controller predicts a wait")
-	}
-	var last time.Duration
-	for k := range 100 {
-		ra := c.Promise(t0, 0, Query{SDK: true})
-		if ra < last || ra < time.Second {
-			t.Fatalf("refusal %d told %v after %v", k, ra, last)
-		}
-		last = ra
-	}
-	// 100 requests from cap 1: the seventh doubling (128) brings the last.
-	if want := 7 * settleTime; last < want-time.Second || last > want {
-		t.Fatalf("the 100th refused request told %v, want about %v", last, want)
-	}
-	c.endRamp(t0, "test")
-	c.promises = nil
-	if ra := c.Promise(t0, 50, Query{SDK: true}); ra != time.Second {
-		t.Fatalf("after the ramp, told %v, want a second", ra)
-	}
-}

@@ -433,9 +433,7 @@ func (c *Controller) horizon(q Query) time.Duration {
 //
 // so that it arrives a little before its predicted release and queues for
 // at most its budget. A promise is kept until a first token shows that a
-// request took a slot (see keepPromise) or it is long overdue. Before the
-// releases are known (the first seconds of a cold start), the wait is the
-// ramp's guess (rampGuess), or a second once the ramp has ended.
+// request took a slot (see keepPromise) or it is long overdue.
 func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, q Query) time.Duration {
 	budget = max(budget, 0)
 	live := c.promises[:0]
@@ -447,9 +445,7 @@ func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, q Q
 	c.promises = live
 	wait, ok := c.PredictWait(now, ahead+len(c.promises))
 	if !ok {
-		if wait, ok = c.rampGuess(ahead + len(c.promises)); !ok {
-			return time.Second
-		}
+		return time.Second
 	}
 	if wait <= c.horizon(q) {
 		c.promises = append(c.promises, now.Add(wait))
@@ -463,22 +459,4 @@ func (c *Controller) keepPromise(now time.Time) {
 	if len(c.promises) > 0 && c.promises[0].Before(now.Add(c.cfg.TTFT)) {
 		c.promises = c.promises[1:]
 	}
-}
-
-// rampGuess is the wait of a request with ahead requests before it while
-// nothing is known yet of the releases (no request has finished), from
-// the ramp: the doubling that brings the cap past ahead+1 slots,
-// settleTime x ceil(log2(1 + (ahead+1)/cap)); false once the ramp has
-// ended. A second for every such request, as before, sent the whole queue
-// of a cold start back at once, to be refused again a second later: on the
-// 70B engine (scenario 26) 160 SDK users spent both their retries in the
-// first 5 s, were told half a minute at cap 8, and the cap, doubled to 16
-// meanwhile, had no demand to grow on until they returned (the first good
-// 10 s window at 40 s; with the guess, 13 s).
-func (c *Controller) rampGuess(ahead int) (time.Duration, bool) {
-	if !c.ramp.on || c.cap < 1 {
-		return 0, false
-	}
-	k := float64(ahead + 1)
-	return time.Duration(math.Ceil(math.Log2(1+k/float64(c.cap)))) * settleTime, true
 }
