@@ -23,7 +23,11 @@ import (
 //
 // KNEECAP_TRACE_WINDOW sets the measured window (default
 // DefaultTiming's); KNEECAP_TRACE_STATE_CAP starts the adaptive gateway
-// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default) or a static cap ("static-4").
+// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default), a static cap ("static-4"), "engine", or a
+// peer ("peer-envoy-gradient"; an oracle peer with its count cap:
+// "peer-vllm-queued-tokens@4").
+// KNEECAP_TRACE_RECORDS names a file to write every request's record to, a
+// line each (see writeRecords), for comparing two runs request by request.
 // Open-loop scenarios take their rate from KNEECAP_TRACE_KNEE (req/s,
 // default 0.55). Without KNEECAP_TRACE it skips.
 func TestTrace(t *testing.T) {
@@ -62,6 +66,13 @@ func TestTrace(t *testing.T) {
 		mode = Mode{Kind: "static", Cap: c}
 	} else if m == "engine" {
 		mode = Mode{Kind: "engine"}
+	} else if peer, c, ok := strings.Cut(strings.TrimPrefix(m, "peer-"), "@"); strings.HasPrefix(m, "peer-") {
+		mode = Mode{Kind: "peer", Peer: peer}
+		if ok { // an oracle peer's count cap: peer-vllm-queued-tokens@4
+			if mode.Cap, err = strconv.Atoi(c); err != nil {
+				t.Fatalf("KNEECAP_TRACE_MODE=%q", m)
+			}
+		}
 	}
 	knee := 0.55
 	if k, err := strconv.ParseFloat(os.Getenv("KNEECAP_TRACE_KNEE"), 64); err == nil {
@@ -150,6 +161,11 @@ func TestTrace(t *testing.T) {
 			q(tpots, 0.5).Round(time.Millisecond), q(tpots, 0.9).Round(time.Millisecond), reasons)
 	}
 	traceAttempts(res)
+	if path := os.Getenv("KNEECAP_TRACE_RECORDS"); path != "" {
+		if err := writeRecords(path, res.Records); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if res.Completed == 0 {
 		t.Error("nothing completed")
 	}
@@ -196,4 +212,19 @@ func traceAttempts(res RunResult) {
 	}
 	fmt.Fprintf(os.Stderr, "  outside: %.2f idle slots, %d returns, %d refused again, %d refused on a last try\n",
 		res.Outside.IdleSlots, res.Outside.Returned, res.Outside.RefusedAgain, res.Outside.GaveUp)
+}
+
+// writeRecords writes one line per record: when it was due (Unix
+// nanoseconds: every run starts at the same virtual instant), attempt,
+// outcome and refusal reason, good, measured, prompt and output tokens,
+// TTFT and TPOT (microseconds), tab-separated. In open loop a request is
+// due at the same instant in every run of a scenario, so the lines of two
+// modes join on it.
+func writeRecords(path string, recs []bench.Record) error {
+	var b strings.Builder
+	for _, r := range recs {
+		fmt.Fprintf(&b, "%d\t%d\t%s\t%s\t%t\t%t\t%d\t%d\t%d\t%d\n", r.Due.UnixNano(), r.Attempt, r.Outcome, r.Reason,
+			r.Good, r.Measured, r.PromptTokens, r.OutputTokens, r.TTFT.Microseconds(), r.TPOT.Microseconds())
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

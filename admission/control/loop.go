@@ -113,7 +113,7 @@ func (r *Loop) unlockAndApply(e effects) {
 	}
 	if e.costsChanged {
 		r.l.SetCosts(e.costs)
-		r.log.Debug("token budget", "prefill_base", e.costs.PrefillBase, "prefill_steps", e.costs.PrefillSteps, "prefill_per_token", e.costs.PrefillPerToken,
+		r.log.Debug("token budget", "prefill_base", e.costs.PrefillBase, "prefill_steps", e.costs.PrefillSteps, "prefill_per_token", e.costs.PrefillPerToken, "prefill_margin", e.costs.PrefillMargin,
 			"step_base", e.costs.StepBase, "step_per_running", e.costs.StepPerRunning, "step_per_kv_token", e.costs.StepPerKVToken,
 			"step_limit", e.costs.StepLimit, "hidden_kv", e.costs.HiddenKV, "mean_output", e.costs.MeanOutput)
 	}
