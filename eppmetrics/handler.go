@@ -19,6 +19,12 @@ const (
 	// lineBuffer bounds a line passed through; a longer one is left out
 	// (vLLM's longest, cache_config_info, is under 1 KiB).
 	lineBuffer = 64 << 10
+	// maxFetches bounds the engine fetches under way at once: the route is
+	// on the traffic port, where anyone may ask it, and each fetch holds a
+	// connection to the engine and a lineBuffer. A picker scrapes a pod
+	// every 50 ms, one scrape at a time; a request beyond the bound gets
+	// the view's series alone, as when the engine fails.
+	maxFetches = 4
 )
 
 // HandlerConfig configures the handler of the traffic port's /metrics in an
@@ -61,12 +67,13 @@ func (v *View) Handler(cfg HandlerConfig) http.Handler {
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = DefaultMaxBytes
 	}
-	return &handler{v: v, cfg: cfg}
+	return &handler{v: v, cfg: cfg, fetches: make(chan struct{}, maxFetches)}
 }
 
 type handler struct {
-	v   *View
-	cfg HandlerConfig
+	v       *View
+	cfg     HandlerConfig
+	fetches chan struct{} // a token per engine fetch under way (maxFetches)
 }
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -91,6 +98,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *handler) passEngine(ctx context.Context, w *bufio.Writer) (sawKV bool) {
 	if h.cfg.Engine == nil {
 		return false
+	}
+	select {
+	case h.fetches <- struct{}{}:
+		defer func() { <-h.fetches }()
+	default:
+		return false // maxFetches under way: the view alone
 	}
 	ctx, cancel := context.WithTimeout(ctx, h.cfg.Timeout)
 	defer cancel()

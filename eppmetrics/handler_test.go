@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -145,5 +147,56 @@ func TestNamesFor(t *testing.T) {
 	}
 	if _, err := NamesFor("llamacpp"); err == nil {
 		t.Error("llamacpp: no error")
+	}
+}
+
+// TestHandlerBoundsEngineFetches: the traffic port's /metrics is open to
+// anyone; with maxFetches fetches of the engine hanging, another scrape
+// is answered at once with the view's series alone, and the engine never
+// sees more than maxFetches at a time.
+func TestHandlerBoundsEngineFetches(t *testing.T) {
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 2*maxFetches)
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		arrived <- struct{}{}
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		_, _ = w.Write([]byte(vllmBody))
+	}))
+	defer engine.Close()
+	u, _ := url.Parse(engine.URL + "/metrics")
+	lim := admission.NewLimiter(admission.Config{Limit: 1, MaxQueue: 4})
+	h := New(Config{Limiter: lim, MaxQueue: 4}).Handler(HandlerConfig{Names: VLLM, Engine: u, Timeout: time.Minute})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var wg sync.WaitGroup
+	for range maxFetches {
+		wg.Go(func() {
+			resp, err := http.Get(srv.URL + "/metrics")
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+		})
+	}
+	for range maxFetches {
+		<-arrived
+	}
+	fams, _ := scrape(t, h) // beyond the bound: must not wait for the engine
+	if fams["vllm:num_requests_waiting"] == nil || fams["vllm:prompt_tokens_total"] != nil {
+		t.Errorf("beyond the bound: want the view's series alone, got %d families", len(fams))
+	}
+	close(release)
+	wg.Wait()
+	if most > maxFetches {
+		t.Errorf("the engine saw %d fetches at once, want at most %d", most, maxFetches)
 	}
 }
