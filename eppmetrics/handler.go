@@ -141,7 +141,7 @@ func (h *handler) passEngine(ctx context.Context, w *bufio.Writer) (sawKV bool) 
 			return sawKV
 		}
 		name := lineName(line)
-		if matches(name, drop) {
+		if matches(name, drop) || !validLine(line) {
 			continue
 		}
 		if matches(name, kv) && !isComment(line) {
