@@ -278,7 +278,8 @@ func parseInt(b []byte) float64 {
 
 // labels reads a label set after its opening brace up to and including the
 // closing one, calling each for every name and (unescaped) value; it
-// returns what follows. ok is false when the set is malformed.
+// returns what follows. ok is false when the set is malformed (an escape
+// other than \\, \" and \n among them).
 func labels(b []byte, each func(name, value []byte)) (rest []byte, ok bool) {
 	var val []byte
 	for {
@@ -308,8 +309,10 @@ func labels(b []byte, each func(name, value []byte)) (rest []byte, ok bool) {
 				switch b[i] {
 				case 'n':
 					val = append(val, '\n')
-				default:
+				case '\\', '"':
 					val = append(val, b[i])
+				default:
+					return nil, false // not an escape of the format
 				}
 				continue
 			}

@@ -10,6 +10,8 @@ import (
 	"net/url"
 	"strconv"
 	"time"
+
+	"github.com/kneecap/kneecap/enginemetrics"
 )
 
 // Defaults of HandlerConfig.
@@ -141,7 +143,7 @@ func (h *handler) passEngine(ctx context.Context, w *bufio.Writer) (sawKV bool) 
 			return sawKV
 		}
 		name := lineName(line)
-		if matches(name, drop) || !validLine(line) {
+		if matches(name, drop) || !enginemetrics.WellFormed(line) {
 			continue
 		}
 		if matches(name, kv) && !isComment(line) {

@@ -1,10 +1,10 @@
-package eppmetrics
+package enginemetrics
 
 import "testing"
 
-// TestValidLine: the lines an engine writes pass; garbage, and lines the
+// TestWellFormed: the lines an engine writes pass; garbage, and lines the
 // picker's parser would reject, do not.
-func TestValidLine(t *testing.T) {
+func TestWellFormed(t *testing.T) {
 	for _, tc := range []struct {
 		line string
 		ok   bool
@@ -31,8 +31,8 @@ func TestValidLine(t *testing.T) {
 		{"vllm:x\n", false},
 		{"vllm:x 1 2 3\n", false},
 	} {
-		if got := validLine([]byte(tc.line)); got != tc.ok {
-			t.Errorf("validLine(%q) = %v, want %v", tc.line, got, tc.ok)
+		if got := WellFormed([]byte(tc.line)); got != tc.ok {
+			t.Errorf("WellFormed(%q) = %v, want %v", tc.line, got, tc.ok)
 		}
 	}
 }
