@@ -230,7 +230,8 @@ const (
 const (
 	// rampMargin is the share of a target the predicted P-quantile of
 	// TPOT, engine TTFT and E2E at the doubled level must stay within for
-	// the cap to double: past it the ramp grows by quarters from measured
+	// the cap to double: past it the ramp narrows (halfway to the first
+	// level predicted to miss, rampNarrowStep) from measured
 	// levels. With 0.6, on the H100 8B scenario (TPOT target 50 ms) the
 	// doublings end at 64, where a static cap still meets P90 by far, and
 	// leave the way to 128-200 to measured steps.

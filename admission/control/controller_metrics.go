@@ -60,7 +60,7 @@ func newControllerMetrics(reg prometheus.Registerer) (*controllerMetrics, error)
 			Name: "kneecap_controller_plateau_level",
 			Help: "The plateau of the goodput curve: its first and last level (from, to), with goodput within 3 % of the best, its left edge (left_edge), the lowest level within 1 % of the best, and its fair edge (fair_edge), the lowest within 3 %, where the cap walks for a tenant held below its share by its own demand; 0: no plateau.",
 		}, []string{"edge"}),
-		ramping:     g("ramping", "1 while the cap ramps from where the gateway started (doubling, then by quarters, while the targets hold), 0 once it ended."),
+		ramping:     g("ramping", "1 while the cap ramps from where the gateway started (doubling, then narrowing, while the targets hold), 0 once it ended."),
 		rampToward:  g("ramp_toward", "The level of the ramp's last raise (0: none yet)."),
 		rampRefused: g("ramp_refused", "Requests refused while the cap ramped: what the ramp cost in refusals."),
 		rampIdle:    g("ramp_idle_slot_seconds", "Slot time left idle while demand waited during the ramp, in seconds of one slot."),

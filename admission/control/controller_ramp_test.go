@@ -2,6 +2,7 @@ package control
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,33 @@ func TestPriorSeedsTheTokenBudget(t *testing.T) {
 		if c.tokenBudget() {
 			t.Errorf("invalid prior %+v seeded the budget", bad)
 		}
+	}
+}
+
+// Past its margin the ramp narrows between the last level measured good
+// and the first one predicted to miss, halfway each step, not by a fixed
+// quarter: on an engine whose TPOT target of 20 ms is met up to about 200
+// running, the doublings end at 64 and two measured steps reach 140 (by
+// quarters it took four: 80, 100, 125, 156). Answers of 50 tokens let
+// requests finish at each level within a settle time (the measured steps).
+func TestRampNarrowsHalfwayToTheFirstPredictedMiss(t *testing.T) {
+	e := h100Like()
+	e.out = 50
+	c := NewController(ControllerConfig{TPOT: 20 * time.Millisecond})
+	_, caps := e.run(t, c, t0, time.Minute)
+	var steps []int
+	for i, n := range caps {
+		if n > 64 && (i == 0 || n != caps[i-1]) {
+			steps = append(steps, n)
+		}
+		if n >= 140 {
+			break
+		}
+	}
+	if len(steps) == 0 || steps[len(steps)-1] < 140 || len(steps) > 2 {
+		t.Fatalf("from 64 the ramp took %v to reach 140, want at most two steps; caps %v", steps, caps)
+	}
+	if top := slices.Max(caps); top > 230 {
+		t.Fatalf("cap reached %d, past the first predicted miss; caps %v", top, caps)
 	}
 }

@@ -28,7 +28,7 @@
 //     (model_tokens.go); model_table.go: the per-level predictions, read
 //     through predict and attainment.
 //   - controller_ramp.go: the ramp from where the controller starts
-//     (doubling while the targets hold with margin, then by quarters), the
+//     (doubling while the targets hold with margin, then narrowing), the
 //     start from the engine's running count, and the [Prior] a state file
 //     gives a controller (the engine's token costs).
 //   - predict.go: the deadline check ([Controller.Admit], a [Verdict];
@@ -70,7 +70,7 @@
 //     class until the next refresh or change of the cap.
 //  4. move (tick_move.go, controller_ramp.go, tick_walk.go): exactly one
 //     move, each a function returning the new cap and the reason: hold,
-//     the ramp's doubling or quarter step, lower for missing P, lower for
+//     the ramp's doubling or narrowing step, lower for missing P, lower for
 //     goodput, raise, probe, the walk to the plateau's left edge and
 //     back. Before any plan come the moves no plan overrules (overrule in
 //     tick.go): a fixed cap, the engine's own limit, a cap the token

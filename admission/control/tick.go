@@ -19,7 +19,7 @@ import (
 //     the classes of targets, the plateau, whether the cap misses P;
 //  4. move (tick_move.go, controller_ramp.go, tick_walk.go): exactly one
 //     move of the cap, each a small function returning the new cap and
-//     the reason: hold, the ramp's doubling or quarter, lower, raise,
+//     the reason: hold, the ramp's doubling or narrowing, lower, raise,
 //     probe, the walk to the plateau's left edge and back;
 //  5. apply (here): the cap, when it changed, what the move leaves to be
 //     remembered (a failed or probed level, the walk, the ramp's end) and

@@ -70,7 +70,7 @@ func (c *Controller) usefulCap() int {
 //   - hold while the last change settles: every change waits settleTime
 //     (2s) after the previous one, so that the level it moved to is
 //     measured before the next;
-//   - the ramp's doubling, or its quarter step past its margin, while it
+//   - the ramp's doubling, or its narrowing step past its margin, while it
 //     is on, with demand and the cap not missing P (rampDouble,
 //     controller_ramp.go);
 //   - lower, by one (by up to half the cap when its predicted attainment
@@ -140,13 +140,13 @@ func (c *Controller) hold(why string) move {
 	return move{to: c.cap, reason: why}
 }
 
-// moveDouble is the ramp's raise to n: a doubling, or a quarter step past
+// moveDouble is the ramp's raise to n: a doubling, or a narrowing step past
 // its margin (ramp.narrow).
 func (c *Controller) moveDouble(load Load, n int) move {
 	p := c.predict(n)
 	how := fmt.Sprintf("doubling: within %.0f %% of the targets", 100*rampMargin)
 	if c.ramp.narrow {
-		how = "by a quarter: within the targets, not their margin"
+		how = "narrowing: within the targets, not their margin"
 	}
 	return move{to: n, toward: true,
 		reason: fmt.Sprintf("ramp %d->%d: %d ran at once; at %d predicted P%.0f TPOT %s, engine TTFT %s; %s",
