@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -90,11 +91,7 @@ func get(ctx context.Context, c *http.Client, url string) (string, error) {
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err == nil && resp.StatusCode != http.StatusOK {
-		err = &statusError{resp.StatusCode}
+		err = fmt.Errorf("status %d", resp.StatusCode)
 	}
 	return string(b), err
 }
-
-type statusError struct{ code int }
-
-func (e *statusError) Error() string { return http.StatusText(e.code) }
