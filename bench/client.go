@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"time"
@@ -207,10 +208,20 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 	for k, vs := range req.Header {
 		hreq.Header[k] = vs
 	}
+	// Which connection carried it: a failure on one kept alive from an
+	// earlier request (a server that closed it as it was reused) is told
+	// apart from one on a fresh connection.
+	var conn httptrace.GotConnInfo
+	hreq = hreq.WithContext(httptrace.WithClientTrace(hreq.Context(), &httptrace.ClientTrace{
+		GotConn: func(i httptrace.GotConnInfo) { conn = i }}))
 	rec.Sent = time.Now()
 	resp, err := client.Do(hreq)
 	if err != nil {
-		return rec.fail(ctx, 0, err.Error())
+		msg := err.Error()
+		if conn.Reused {
+			msg += fmt.Sprintf(" (on a connection kept alive, idle %v before it)", conn.IdleTime.Round(time.Millisecond))
+		}
+		return rec.fail(ctx, 0, msg)
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode

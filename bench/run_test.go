@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -411,4 +413,40 @@ func TestRequestTimeout(t *testing.T) {
 			t.Fatalf("summary %+v, first record %+v", s, r)
 		}
 	})
+}
+
+// A request that fails because the server dropped the connection it was
+// sent on says so when that connection was kept alive from an earlier
+// request: the race of a server closing an idle connection as the client
+// reuses it, told apart from a failure on a fresh one.
+func TestFailureOnAKeptAliveConnectionIsNamed(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if n.Add(1) == 1 {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, `{"error":{"message":"busy","type":"rate_limit_error"}}`, http.StatusTooManyRequests)
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		_ = conn.Close()
+	}))
+	defer srv.Close()
+	rep, err := Run(t.Context(), Config{BaseURL: srv.URL, Model: "m",
+		Workload: Synthetic{InputLen: Dist{Mean: 5}, OutputLen: Dist{Mean: 3}},
+		Levels:   []float64{1}, Requests: 2, Targets: Targets{TTFT: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := ended(rep.Levels[0].Records)
+	if len(recs) != 2 || recs[0].Outcome != Rejected || recs[1].Outcome != Failed {
+		t.Fatalf("records %+v", recs)
+	}
+	if !strings.Contains(recs[1].Err, "on a connection kept alive, idle ") {
+		t.Errorf("error %q: want it to name the kept-alive connection", recs[1].Err)
+	}
 }

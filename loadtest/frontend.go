@@ -2,10 +2,12 @@ package loadtest
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -28,6 +30,7 @@ type frontend struct {
 	cancel         context.CancelFunc
 	done           chan error
 	started        time.Time
+	log            *logTail // the gateway's warnings and errors
 }
 
 // startGateway runs a gateway in front of upstream with the targets and
@@ -51,14 +54,16 @@ func startGateway(upstream string, m Mode) (*frontend, error) {
 		_ = tl.Close()
 		return nil, err
 	}
-	gw, err := gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithRegistry(prometheus.NewRegistry()))
+	tail := &logTail{}
+	logger := slog.New(slog.NewTextHandler(tail, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	gw, err := gateway.New(cfg, gateway.WithListeners(tl, al), gateway.WithRegistry(prometheus.NewRegistry()), gateway.WithLogger(logger))
 	if err != nil {
 		_, _ = tl.Close(), al.Close()
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &frontend{gw: gw, traffic: "http://" + tl.Addr().String(), admin: "http://" + al.Addr().String(),
-		cancel: cancel, done: make(chan error, 1), started: time.Now()}
+		cancel: cancel, done: make(chan error, 1), started: time.Now(), log: tail}
 	go func() { f.done <- gw.Run(ctx) }()
 	return f, nil
 }
@@ -73,6 +78,42 @@ func (f *frontend) stop() error {
 	case <-time.After(time.Minute):
 		return errors.New("Run did not return within a minute")
 	}
+}
+
+// logTail keeps the start of what the gateway logged (its warnings and
+// errors: net/http's own, a handler's panic among them, come through the
+// same logger), up to logTailBytes, for the report of a run that lost a
+// request.
+type logTail struct {
+	mu      sync.Mutex
+	buf     bytes.Buffer
+	dropped int
+}
+
+const logTailBytes = 16 << 10
+
+func (t *logTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.buf.Len()+len(p) > logTailBytes {
+		t.dropped++
+		return len(p), nil
+	}
+	return t.buf.Write(p)
+}
+
+// lines returns the lines kept, and a last one counting those dropped.
+func (t *logTail) lines() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := strings.Split(strings.TrimSpace(t.buf.String()), "\n")
+	if len(out) == 1 && out[0] == "" {
+		out = nil
+	}
+	if t.dropped > 0 {
+		out = append(out, fmt.Sprintf("(%d more records not kept)", t.dropped))
+	}
+	return out
 }
 
 // sample is the gateway's limiter at one instant.
@@ -182,6 +223,11 @@ func (f *frontend) check(most int) []string {
 			fail("/metrics has no %s", m.name)
 		} else {
 			within("/metrics "+m.name, v, m.lo, m.hi)
+		}
+	}
+	for _, l := range f.log.lines() {
+		if strings.Contains(l, "panic") {
+			fail("the gateway logged a panic: %s", l)
 		}
 	}
 	// Idle slot time is slot time: never more than the slots there were

@@ -146,6 +146,11 @@ func (c Case) Run(ctx context.Context) (res Result, err error) {
 			most = max(most, s.limit)
 		}
 		res.Problems = append(res.Problems, fe.check(most)...)
+		if len(res.Problems) > 0 { // what the gateway saw, to explain them
+			for _, l := range fe.log.lines() {
+				res.Problems = append(res.Problems, "the gateway logged: "+l)
+			}
+		}
 	}
 	res.Wall = time.Since(started).Round(time.Millisecond).String()
 	return res, nil
