@@ -194,7 +194,8 @@ const settleTime = 2 * time.Second
 const raiseStep, lowerStep = 0.25, 0.5
 
 // bigViolation is how far below P the cap's attainment must be for it to
-// be lowered by more than one.
+// be lowered by lowerStep of the cap; closer to P it is lowered by the
+// share of the cap it falls short (moveLower).
 const bigViolation = 0.2
 
 // moveGain is the predicted gain of goodput for which the cap moves. Near
