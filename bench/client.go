@@ -208,9 +208,11 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 	for k, vs := range req.Header {
 		hreq.Header[k] = vs
 	}
-	// Which connection carried it: a failure on one kept alive from an
-	// earlier request (a server that closed it as it was reused) is told
-	// apart from one on a fresh connection.
+	// Which connection carried it: a failure on one that sat idle in the
+	// pool (a server that closed it as it was reused) is told apart from
+	// one on a fresh connection. net/http counts as reused both a
+	// connection kept alive from an earlier request and one dialed for a
+	// request that another connection served.
 	var conn httptrace.GotConnInfo
 	hreq = hreq.WithContext(httptrace.WithClientTrace(hreq.Context(), &httptrace.ClientTrace{
 		GotConn: func(i httptrace.GotConnInfo) { conn = i }}))
@@ -219,7 +221,7 @@ func (c *Config) send(ctx context.Context, client *http.Client, url string, req 
 	if err != nil {
 		msg := err.Error()
 		if conn.Reused {
-			msg += fmt.Sprintf(" (on a connection kept alive, idle %v before it)", conn.IdleTime.Round(time.Millisecond))
+			msg += fmt.Sprintf(" (on a connection idle %v in the pool before it)", conn.IdleTime.Round(time.Millisecond))
 		}
 		return rec.fail(ctx, 0, msg)
 	}

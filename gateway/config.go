@@ -86,8 +86,9 @@ type Config struct {
 	UpstreamIdleTimeout time.Duration `env:"UPSTREAM_IDLE_TIMEOUT" envDefault:"4s"`
 	// ClientHeaderTimeout bounds reading a request's headers,
 	// ClientReadTimeout reading a whole request (headers and body), and
-	// ClientIdleTimeout how long a client's keep-alive connection may wait
-	// for its next request. They bound what a client that sends slowly, or
+	// ClientIdleTimeout how long a client's connection may wait for its next
+	// request, or for its first (the header timeout runs from a request's
+	// first byte; see firstbyte.go). They bound what a client that sends slowly, or
 	// promises bytes it never sends, can hold. Zero means no bound (as in
 	// net/http; a zero header timeout falls back to the read timeout).
 	ClientHeaderTimeout time.Duration `env:"CLIENT_HEADER_TIMEOUT" envDefault:"10s"`

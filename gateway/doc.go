@@ -76,7 +76,9 @@
 //     with it in an engine's names before the proxy (otherwise nothing is
 //     added in front of the proxy). All of it is computed at scrape time.
 //   - transport.go: the transport to the engine, tuned for many long
-//     streams to one host.
+//     streams to one host. firstbyte.go: the traffic port's listener, whose
+//     connections wait for their first request as kept-alive ones wait for
+//     their next (the idle timeout; the header timeout from the first byte).
 //   - log.go: [NewLogger] from LOG_LEVEL and LOG_FORMAT.
 //   - reqlog.go: the request log (KNEECAP_REQUEST_LOG, package reqlog):
 //     New builds it when a file is named, adds it to the observers, asks

@@ -126,3 +126,55 @@ func TestSLOHeadersSetting(t *testing.T) {
 		rec.mu.Unlock()
 	}
 }
+
+// TestAFreshConnectionWaitsLikeAKeptAliveOne: a connection a client opened
+// ahead of need (Go's transport keeps one it dialed for a request another
+// connection served; Envoy and browsers preconnect) waits for its first
+// request as a kept-alive one waits for its next, KNEECAP_CLIENT_IDLE_TIMEOUT,
+// and the header timeout runs from its first byte. Closed at the header
+// timeout instead, it races the client's reuse, and the request sent on it
+// as the gateway closes it is lost (reset by peer). A client that starts a
+// request and stalls is still cut at the header timeout, and one that sends
+// nothing at the idle timeout.
+func TestAFreshConnectionWaitsLikeAKeptAliveOne(t *testing.T) {
+	const header, idle = 200 * time.Millisecond, 3 * time.Second
+	h := start(t, &proxytest.Engine{}, Config{ClientHeaderTimeout: header, ClientIdleTimeout: idle, ClientReadTimeout: time.Minute})
+	addr := strings.TrimPrefix(h.traffic, "http://")
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		return c
+	}
+	// closedAfter reads c to its end and says how long that took.
+	closedAfter := func(c net.Conn) (time.Duration, string) {
+		from := time.Now()
+		b, err := io.ReadAll(c)
+		if err != nil && !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("reading to the end: %v", err)
+		}
+		return time.Since(from), string(b)
+	}
+
+	fresh := dial()
+	time.Sleep(3 * header)
+	body := `{"model":"m","stream":true,"messages":[]}`
+	fmt.Fprintf(fresh, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+	if _, got := closedAfter(fresh); !strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Errorf("a request on a connection opened %v before it: got %q, want a 200", 3*header, got)
+	}
+
+	stalled := dial()
+	fmt.Fprint(stalled, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+	if took, got := closedAfter(stalled); took >= idle || got != "" && !strings.Contains(got, " 408 ") {
+		t.Errorf("a request stalled in its headers: closed after %v with %q, want within the header timeout (%v, far below the idle %v)", took, got, header, idle)
+	}
+
+	silent := dial()
+	if took, got := closedAfter(silent); took < idle-header || got != "" {
+		t.Errorf("a connection that sends nothing: closed after %v with %q, want at the idle timeout %v and nothing sent", took, got, idle)
+	}
+}

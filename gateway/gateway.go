@@ -382,7 +382,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		}
 	}
 	g.runTracing(eg)
-	eg.Go(serve(trafficSrv, trafficLn))
+	eg.Go(serve(trafficSrv, listenFirstByte(trafficLn, g.cfg.ClientIdleTimeout, g.cfg.ClientReadTimeout)))
 	eg.Go(serve(adminSrv, adminLn))
 	if agentLn != nil {
 		eg.Go(func() error { return g.serveAgent(agentLn) })
