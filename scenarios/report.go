@@ -65,10 +65,11 @@ type Row struct {
 	AloneUsers        int     `json:"alone_users,omitempty"`
 	AloneGoodput      float64 `json:"alone_goodput,omitempty"`
 	AdaptiveOverAlone float64 `json:"adaptive_over_alone,omitempty"`
-	// AdaptiveTodaysGoodput is the adaptive gateway's goodput with today's
-	// clients (every Retry-After up to 30 s honoured, forever), beside the
-	// SDKs' of the rest of the row, and its ratio to the oracle of the
-	// sweep of 2026-12-04 before clients were the SDKs' (todaysBaseline).
+	// AdaptiveTodaysGoodput is the adaptive gateway's mean goodput with
+	// today's clients (every Retry-After up to 30 s honoured, forever) over
+	// todaysSeeds seeds, beside the SDKs' of the rest of the row, and its
+	// ratio to the oracle of the sweep of 2026-12-04 before clients were
+	// the SDKs' (todaysBaseline).
 	AdaptiveTodaysGoodput float64 `json:"adaptive_todays_goodput,omitempty"`
 	AdaptiveTodaysRatio   float64 `json:"adaptive_todays_ratio,omitempty"`
 	// AdaptiveMedianE2Ems and OracleMedianE2Ems are the median E2E of
@@ -225,8 +226,11 @@ func (s *Suite) row(sc Scenario) Row {
 		add(ad.Outside.IdleSlots <= base/2, "idle slots while demand waited at most half of the gateway's before (%.2f vs %.2f)", ad.Outside.IdleSlots, base)
 	}
 	if b, ok := todaysBaseline[id]; ok && hasTodays {
-		row.AdaptiveTodaysGoodput, row.AdaptiveTodaysRatio = todays.Goodput, todays.Goodput/b.oracle
-		add(row.AdaptiveTodaysRatio >= b.ratio-0.01, "today's clients: adaptive / oracle no more than 0.01 below the gateway's before (%.3f vs %.3f)", row.AdaptiveTodaysRatio, b.ratio)
+		mean, n := s.todaysMean(id)
+		row.AdaptiveTodaysGoodput, row.AdaptiveTodaysRatio = mean, mean/b.oracle
+		add(n == todaysSeeds && row.AdaptiveTodaysRatio >= b.mean-0.01,
+			"today's clients: adaptive / oracle over %d seeds no more than 0.01 below the gateway's before (%.3f vs %.3f; on the suite's seed alone %.3f vs %.3f)",
+			n, row.AdaptiveTodaysRatio, b.mean, todays.Goodput/b.oracle, b.ratio)
 	}
 	// The plateau's left edge: the same goodput at less latency, where
 	// the engine and workload do not change, clients stream, and adaptive
@@ -373,13 +377,40 @@ func capsString(caps []int) string {
 // todaysBaseline is the sweep of 2026-12-04 with today's clients (every
 // Retry-After up to 30 s honoured, forever), before the gateway knew its
 // refused requests again: per scenario the oracle's goodput and adaptive's
-// share of it. The adaptive gateway with those clients may not fall more
-// than 0.01 below that share.
-var todaysBaseline = map[int]struct{ oracle, ratio float64 }{
-	1: {0.5375, 0.9922}, 2: {1.3792, 0.9728}, 4: {0.7903, 1.0035}, 5: {0.8667, 0.9984},
-	8: {0.5278, 1.0132}, 9: {1.2847, 1.1568}, 11: {0.4569, 1.0122}, 12: {0.8306, 1.2341},
-	13: {0.5375, 0.9922}, 16: {1.1458, 2.6424}, 17: {4.28, 1.4572}, 18: {1.0444, 1.0013},
-	19: {2.1083, 0.9816}, 20: {2.0972, 0.9934},
+// share of it on seed 1 (ratio), and its mean share over seeds 1-8
+// (mean; the same gateway, 7246d45, its TestTrace with
+// KNEECAP_TRACE_SEED=1..8). The adaptive gateway with those clients may not
+// fall more than 0.01 below the mean share, measured over as many seeds
+// (todaysSeeds): one seed's share moves by 2-3 % from seed to seed (11:
+// 0.450-0.472 good req/s over seeds 1-8 on one gateway), more than the
+// 0.01 the check allows, so on one seed it judged the draw.
+var todaysBaseline = map[int]struct{ oracle, ratio, mean float64 }{
+	1: {0.5375, 0.9922, 0.9986}, 2: {1.3792, 0.9728, 0.9792}, 4: {0.7903, 1.0035, 0.9862},
+	5: {0.8667, 0.9984, 0.9965}, 8: {0.5278, 1.0132, 0.9985}, 9: {1.2847, 1.1568, 1.1640},
+	11: {0.4569, 1.0122, 1.0101}, 12: {0.8306, 1.2341, 1.2237}, 13: {0.5375, 0.9922, 0.9986},
+	16: {1.1458, 2.6424, 2.6628}, 17: {4.28, 1.4572, 1.4010}, 18: {1.0444, 1.0013, 0.9131},
+	19: {2.1083, 0.9816, 0.9759}, 20: {2.0972, 0.9934, 0.9864},
+}
+
+// todaysSeeds is how many seeds, from the suite's, the adaptive gateway
+// with today's clients runs on in the scenarios of todaysBaseline.
+const todaysSeeds = 8
+
+// todaysMean is the adaptive gateway's mean goodput with today's clients
+// over the seeds it ran on, and how many.
+func (s *Suite) todaysMean(id int) (mean float64, n int) {
+	sum := 0.0
+	for k := range todaysSeeds {
+		mode := Mode{Kind: "adaptive", Clients: "next", SeedOffset: uint64(k)}
+		if r, ok := s.find(id, mode.String()); ok {
+			sum += r.Goodput
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return sum / float64(n), n
 }
 
 // todaysIdle is the adaptive gateway's idle slots while demand waited

@@ -36,6 +36,9 @@ type Mode struct {
 	// Env, when set, is one KNEECAP_* setting of the gateway beyond the
 	// run's (traces.go: an adaptive gateway without cached-token cost).
 	Env string
+	// SeedOffset, when set, runs it on the suite's seed plus this: the
+	// adaptive gateway with today's clients on further seeds (todaysSeeds).
+	SeedOffset uint64
 }
 
 func (m Mode) String() string {
@@ -49,6 +52,9 @@ func (m Mode) String() string {
 			return fmt.Sprintf("engine-%d", m.Cap)
 		}
 	case "adaptive":
+		if m.SeedOffset > 0 {
+			return fmt.Sprintf("adaptive-%s%s+%d", m.Clients, m.Env, m.SeedOffset)
+		}
 		if m.Clients != "" || m.Env != "" {
 			return "adaptive-" + m.Clients + m.Env
 		}

@@ -206,6 +206,11 @@ func (s *Suite) modes(sc Scenario) []Mode {
 	m = append(append(m, Mode{Kind: "adaptive"}), sc.traceModes()...)
 	if sc.Users > 0 && s.clients(sc) != bench.ClientsNext && !sc.Lean {
 		m = append(m, Mode{Kind: "adaptive", Clients: "next"}) // today's clients
+		if _, ok := todaysBaseline[sc.ID]; ok {
+			for k := 1; k < todaysSeeds; k++ {
+				m = append(m, Mode{Kind: "adaptive", Clients: "next", SeedOffset: uint64(k)})
+			}
+		}
 	}
 	if sc.AloneSweep && sc.Users > 0 {
 		for _, k := range s.aloneUsers() {
@@ -258,7 +263,7 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(
 	t.Run(fmt.Sprintf("stage-knee-%.3f", knee), func(t *testing.T) {
 		for _, sc := range scs {
 			for _, m := range modes(sc) {
-				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed, Clients: s.clients(sc)}
+				run := Run{Scenario: sc, Mode: m, Timing: s.timing(sc), KneeCapacity: knee, Seed: s.Options.Seed + m.SeedOffset, Clients: s.clients(sc)}
 				if m.Clients != "" {
 					run.Clients, _ = bench.ParseClients(m.Clients)
 				}
