@@ -121,8 +121,8 @@ func TestTrace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(os.Stderr, "goodput %.3f (halves %.3f %.3f), %d good of %d completed, %d rejected, %d errors, median E2E %s, held cap %d; caps %s\n",
-		res.Goodput, res.Halves[0], res.Halves[1], res.Good, res.Completed, res.Rejected, res.Errors, res.MedianE2E.Round(time.Millisecond), res.HeldCap, trajectoryString(res.Caps))
+	fmt.Fprintf(os.Stderr, "goodput %.3f (halves %.3f %.3f), %d good of %d completed, %d rejected, %d errors, %d failed (given up), median E2E %s, held cap %d; caps %s\n",
+		res.Goodput, res.Halves[0], res.Halves[1], res.Good, res.Completed, res.Rejected, res.Errors, res.Failed, res.MedianE2E.Round(time.Millisecond), res.HeldCap, trajectoryString(res.Caps))
 	for _, class := range slices.Sorted(maps.Keys(res.Classes)) {
 		c := res.Classes[class]
 		fmt.Fprintf(os.Stderr, "  class %-8s %.3f good req/s: %d good of %d completed, %d rejected\n", class, c.Goodput, c.Good, c.Completed, c.Rejected)
