@@ -427,13 +427,12 @@ var todaysIdle = map[int]float64{1: 0.0496, 9: 0.2567, 12: 0.1547, 16: 1.0587}
 var notMet = map[int][]string{
 	1:  {"idle slots"},
 	2:  {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed"},
-	4:  {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed", "today's clients"},
+	4:  {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed"},
 	5:  {"SDK clients: no more failed"},
 	8:  {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed"},
 	9:  {"idle slots"},
 	12: {"idle slots"},
 	16: {"idle slots", "SDK clients: no more failed"},
-	17: {"today's clients"},
 	18: {"SDK clients: adaptive >= the best static cap", "adaptive >= the best static count cap", "SDK clients: no more failed"},
 	19: {"SDK clients: adaptive >= the best static cap", "SDK clients: no more failed"},
 	// The datacenter scenarios hold failed requests to 5 % more than the
