@@ -3,6 +3,7 @@ package gateway
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -46,7 +47,9 @@ func (l *firstByteListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &firstByteConn{Conn: c, idle: l.idle, waiting: true}, nil
+	fc := &firstByteConn{Conn: c, idle: l.idle}
+	fc.waiting.Store(true)
+	return fc, nil
 }
 
 // firstByteConn defers the read deadline net/http sets before a
@@ -56,8 +59,10 @@ type firstByteConn struct {
 	net.Conn
 	idle time.Duration
 
+	// waiting is true until the first byte is read; read without mu by
+	// every Read (one atomic load after the first), changed under it.
+	waiting  atomic.Bool
 	mu       sync.Mutex
-	waiting  bool          // no byte read yet
 	deferred time.Duration // the deadline asked for while waiting, from when it was asked; 0: none
 }
 
@@ -65,7 +70,7 @@ type firstByteConn struct {
 func (c *firstByteConn) SetReadDeadline(t time.Time) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.waiting {
+	if !c.waiting.Load() {
 		return c.Conn.SetReadDeadline(t)
 	}
 	c.deferred = 0
@@ -82,10 +87,10 @@ func (c *firstByteConn) SetReadDeadline(t time.Time) error {
 // Read arms the deferred deadline once the first byte has arrived.
 func (c *firstByteConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
-	if n > 0 {
+	if n > 0 && c.waiting.Load() {
 		c.mu.Lock()
-		if c.waiting {
-			c.waiting = false
+		if c.waiting.Load() {
+			c.waiting.Store(false)
 			var dl time.Time
 			if c.deferred > 0 {
 				dl = time.Now().Add(c.deferred)
