@@ -171,10 +171,17 @@ type budget struct {
 	credit   time.Duration
 	creditAt time.Time
 	held     [heldReasons]int64
+	// seq numbers the grants; firsts are the tickets whose first token
+	// came within the last half decode step, the latest last (see
+	// prefilled).
+	seq    uint64
+	firsts []*Ticket
+	// activity is what Limiter.PrefillDuring reads without the lock.
+	activity *prefillActivity
 }
 
 func newBudget(limit int) budget {
-	return budget{limit: max(limit, 1)}
+	return budget{limit: max(limit, 1), activity: &prefillActivity{}}
 }
 
 // livePrefills drops the tickets whose prefill bound has passed and
@@ -187,6 +194,7 @@ func (b *budget) livePrefills(now time.Time) int {
 	}
 	if i > 0 {
 		b.prefilling = append(b.prefilling[:0], b.prefilling[i:]...)
+		b.ended(now, i)
 	}
 	return len(b.prefilling)
 }
@@ -403,6 +411,8 @@ func (b *budget) take(now time.Time, t *Ticket, running, resident int) {
 		t.aheadSpan = now.Sub(b.prefilling[0].granted)
 	}
 	t.step = b.costs.Step(running, resident)
+	b.seq++
+	t.seq = b.seq
 	if b.costs.knowsPrefill() {
 		// Its prefill after those under way (see prefillWait), as
 		// predicted now: the span of a traced request shows it.
@@ -422,11 +432,12 @@ func (b *budget) take(now time.Time, t *Ticket, running, resident int) {
 		t.prefillUntil = b.prefilling[n-1].prefillUntil
 	}
 	b.prefilling = append(b.prefilling, t)
+	b.activity.open.Add(1)
 }
 
-// firstToken takes t out of the prefills under way; it reports whether t
-// was one.
-func (b *budget) firstToken(t *Ticket) bool {
+// firstToken takes t out of the prefills under way at now; it reports
+// whether t was one.
+func (b *budget) firstToken(now time.Time, t *Ticket) bool {
 	if !t.prefilling {
 		return false
 	}
@@ -434,14 +445,15 @@ func (b *budget) firstToken(t *Ticket) bool {
 	for i, p := range b.prefilling {
 		if p == t {
 			b.prefilling = append(b.prefilling[:i], b.prefilling[i+1:]...)
+			b.ended(now, 1)
 			break
 		}
 	}
 	return true
 }
 
-// release forgets t.
-func (b *budget) release(t *Ticket) { b.firstToken(t) }
+// release forgets t at now.
+func (b *budget) release(now time.Time, t *Ticket) { b.firstToken(now, t) }
 
 // hold counts w as held for reason, once per reason.
 func (b *budget) hold(w *waiter, reason int) {

@@ -285,12 +285,27 @@ func (l *Limiter) SetCosts(c Costs) {
 	l.wakeLocked(time.Now())
 }
 
-// firstToken ends t's prefill and grants a slot it held back.
-func (l *Limiter) firstToken(t *Ticket) {
+// PrefillDuring reports whether a prefill was under way (a granted request
+// waiting for its first token, see Ticket.FirstToken) at some moment from
+// since to now: one is now, or one ended at since or later. A gap between
+// two output chunks of a stream that it reports is one the engine may
+// have spent prefilling another's prompt. It takes no lock.
+func (l *Limiter) PrefillDuring(since time.Time) bool {
+	a := l.b.activity
+	return a.open.Load() > 0 || a.lastEnd.Load() >= since.UnixNano()
+}
+
+// firstToken ends t's prefill and grants a slot it held back; seen says
+// whether its first token was seen (see Ticket.NoFirstToken).
+func (l *Limiter) firstToken(t *Ticket, seen bool) {
 	l.mu.Lock()
-	l.tallyLocked(time.Now())
-	if l.b.firstToken(t) {
-		l.wakeLocked(time.Now())
+	now := time.Now()
+	l.tallyLocked(now)
+	if seen {
+		l.b.prefilled(now, t)
+	}
+	if l.b.firstToken(now, t) {
+		l.wakeLocked(now)
 	}
 	l.mu.Unlock()
 }
@@ -303,7 +318,7 @@ func (l *Limiter) release(t *Ticket, measured bool) {
 	l.tallyLocked(now)
 	l.running.Add(-1)
 	l.grantSum -= t.granted.Sub(l.origin)
-	l.b.release(t)
+	l.b.release(now, t)
 	l.kvPrompt.Add(-int64(t.est))
 	l.kvOut.Add(-t.generated.Swap(0))
 	l.s.queue.settle(t.flow, t.charged, int(t.prompt.Load()), int(t.output.Load()))

@@ -29,7 +29,14 @@ type Ticket struct {
 	aheadTokens  int
 	aheadSpan    time.Duration
 	step         time.Duration // the decode step predicted at the grant (0: unknown)
-	generated    atomic.Int64
+	seq          uint64        // its place in the order of grants
+	// with is the prompt tokens (estimated) of the requests granted after
+	// it whose first token came before or with its own (see
+	// budget.prefilled); firstAt is when its own came (zero: not yet, or
+	// not seen). Guarded by l.mu; with is read without it.
+	with      atomic.Int64
+	firstAt   time.Time
+	generated atomic.Int64
 
 	// What the grant knew, for Grant: the cap, the slots held with this
 	// one, why it waited, its predicted time to the first token.
@@ -117,13 +124,37 @@ func (t *Ticket) PrefillAhead() (tokens int, span, step time.Duration) {
 	return t.aheadTokens, t.aheadSpan, t.step
 }
 
+// PrefillWith returns the prompt tokens (estimated) of the requests
+// granted after this one whose first token came before or with its own, as
+// far as seen so far: the engine prefilled them with it, in the batch it
+// formed of the prompts waiting together, or before it. Read it once the
+// request has ended (its batch's first tokens have all come by then).
+func (t *Ticket) PrefillWith() int {
+	if t == nil {
+		return 0
+	}
+	return int(t.with.Load())
+}
+
 // FirstToken tells the limiter that the request's first output arrived:
 // its prefill is over, and under pacing (SetPacing) the next request may
-// start. Only the first call counts; a request that cannot be observed
-// (not streamed) should call it when it is granted.
+// start. Only the first call (of it or NoFirstToken) counts.
 func (t *Ticket) FirstToken() {
 	if t != nil && t.first.CompareAndSwap(false, true) {
-		t.l.firstToken(t)
+		t.l.firstToken(t, true)
+	}
+}
+
+// NoFirstToken tells the limiter that the request's first token will not
+// be seen (it is not streamed, or its stream ended without output): its
+// prefill counts as over, as with FirstToken, so that it does not hold
+// back the next request's, but when the engine prefilled it is not known
+// (it is no request's batch-mate, see PrefillWith). Call it when it is
+// granted, or when the stream ends. Only the first call (of it or
+// FirstToken) counts.
+func (t *Ticket) NoFirstToken() {
+	if t != nil && t.first.CompareAndSwap(false, true) {
+		t.l.firstToken(t, false)
 	}
 }
 

@@ -126,7 +126,7 @@ func (p *Proxy) serveGeneration(w http.ResponseWriter, r *http.Request, rt Route
 		if !req.Stream && !x.reassemble {
 			// Its first token cannot be seen: it must not hold back the
 			// next request's prefill (see admission.Limiter.SetPacing).
-			ticket.FirstToken()
+			ticket.NoFirstToken()
 		}
 		x.ticket = ticket
 	}
@@ -327,6 +327,9 @@ func engineFailure(ctx context.Context, x *exchange, kind, err error) error {
 // by the ticket's own defer).
 func (p *Proxy) finish(x *exchange) {
 	rec := &x.rec
+	if x.ticket != nil {
+		rec.PrefillWith = x.ticket.PrefillWith() // its batch has had its first tokens by now
+	}
 	if x.failure != 0 {
 		rec.Outcome = x.failure
 	} else {
@@ -358,7 +361,7 @@ func (p *Proxy) finish(x *exchange) {
 			slog.Duration("queue_wait", rec.QueueWait), slog.Duration("ttft", rec.TTFT),
 			slog.Duration("engine_ttft", rec.EngineTTFT), slog.Duration("e2e", rec.E2E),
 			slog.Int("prompt_tokens", rec.PromptTokens), slog.Int("prompt_estimate", rec.PromptEstimate),
-			slog.Int("prefill_ahead", rec.PrefillAhead), slog.Duration("prefill_span", rec.PrefillSpan),
+			slog.Int("prefill_ahead", rec.PrefillAhead), slog.Int("prefill_with", rec.PrefillWith), slog.Duration("prefill_span", rec.PrefillSpan),
 			slog.Duration("prefill_step", rec.PrefillStep),
 			slog.Int("output_tokens", rec.OutputTokens),
 			slog.String("err", errText))

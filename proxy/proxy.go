@@ -307,7 +307,7 @@ func (p *Proxy) serveAdmitted(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer ticket.Release()
-	ticket.FirstToken() // no token stream: it must not hold back a prefill
+	ticket.NoFirstToken() // no token stream: it must not hold back a prefill
 	withBody(r, body)
 	p.pass.ServeHTTP(w, r)
 }

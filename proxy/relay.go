@@ -133,7 +133,7 @@ func (p *Proxy) relayStream(ctx context.Context, x *exchange, resp *http.Respons
 	}
 	p.observeEnd(x, &m)
 	if tellFirst {
-		x.ticket.FirstToken()
+		x.ticket.NoFirstToken() // no output: its prefill is over, unseen
 	}
 	end := time.Now()
 	m.settle(x, usage, haveUsage)

@@ -138,5 +138,10 @@ func (s *Suite) traceChecks(sc Scenario, row *Row, ad, eng, or RunResult, add fu
 // traceNotMet are the trace scenarios where the adaptive gateway is
 // behind a peer on the run of 2026-12-06 (seed 1): the peer of vLLM's
 // max_num_queued_tokens, given the best static cap found after the fact
-// (30: 1.944 against 1.839; 31: 6.625 against 6.558 good req/s).
-var traceNotMet = map[int]bool{30: true, 31: true}
+// (31: 6.625 against 6.550 good req/s). At cap 2 it serves medium prompts
+// (median 4,000 tokens) the deadline check refuses behind prefills under
+// way, and short answers (2-7 tokens) that one prefill stall puts past
+// the TPOT target at the adaptive caps of 8-15 (54 TPOT misses to its 7);
+// the adaptive serves long prompts (median 5,000, a tenth over 13,000)
+// that its token budget refuses.
+var traceNotMet = map[int]bool{31: true}

@@ -157,6 +157,11 @@ type Record struct {
 	// before or with this one's (see admission.Ticket.PrefillAhead).
 	PrefillAhead int           `json:"prefill_ahead,omitempty"`
 	PrefillSpan  time.Duration `json:"prefill_span,omitempty"`
+	// PrefillWith is the prompt tokens (estimated) of the requests granted
+	// after this one whose first token came before or with its own: the
+	// engine prefilled them with it, in the batch it formed of the prompts
+	// waiting together (see admission.Ticket.PrefillWith).
+	PrefillWith int `json:"prefill_with,omitempty"`
 	// PrefillStep is the engine's decode step the gateway predicted when
 	// the request was granted (0 before it knew): a prefill waits for the
 	// step under way and then decodes the running requests in its own.

@@ -112,9 +112,11 @@ type Finished struct {
 	PromptTokens, PromptEstimate int
 	// PrefillAhead, PrefillSpan and PrefillStep are the prefill work ahead
 	// of the request when it was granted and the decode step predicted
-	// then (see admission.Ticket.PrefillAhead).
-	PrefillAhead             int
-	PrefillSpan, PrefillStep time.Duration
+	// then (see admission.Ticket.PrefillAhead); PrefillWith the prompt
+	// tokens prefilled with it that were granted after it
+	// (admission.Ticket.PrefillWith).
+	PrefillAhead, PrefillWith int
+	PrefillSpan, PrefillStep  time.Duration
 	// GrantRunning is the requests holding a slot when it was granted,
 	// itself included (0: unknown).
 	GrantRunning int

@@ -14,6 +14,7 @@ type pendingGap struct {
 	running int
 	kv      int // KV tokens the running requests held (the limiter's count)
 	gap     time.Duration
+	prefill bool // a prefill was under way during it (see ObserveGap)
 }
 
 // gapQueue holds the chunk observations that wait for the loop's lock,

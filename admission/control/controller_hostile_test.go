@@ -89,8 +89,8 @@ func TestHostileObservationsKeepTheControllerSane(t *testing.T) {
 				i++
 				now = now.Add(50 * time.Millisecond)
 				d, n := durs[i%len(durs)], runs[(i/3)%len(runs)]
-				c.ObserveGap(now, n, d)
-				c.ObserveGap(now, n%8, 0) // zero gaps: two chunks read at once
+				c.ObserveGap(now, n, d, false)
+				c.ObserveGap(now, n%8, 0, false) // zero gaps: two chunks read at once
 				if i%4 == 0 {
 					c.ObserveFirst(now, n, durs[(i/7)%len(durs)])
 				}
@@ -135,8 +135,8 @@ func TestDroppedObservationsChangeNoDecision(t *testing.T) {
 		}
 		now = na
 		n := b.Cap()
-		b.ObserveGap(now, n, -time.Millisecond)
-		b.ObserveGap(now, n, math.MinInt64)
+		b.ObserveGap(now, n, -time.Millisecond, false)
+		b.ObserveGap(now, n, math.MinInt64, false)
 		b.ObserveFirst(now, n, -time.Second)
 		a.keepPromise(now) // ObserveFirst keeps a promise whatever it measured
 	}
@@ -222,7 +222,7 @@ func TestStatusListsAtMost64LevelsAroundTheCap(t *testing.T) {
 	c := NewController(ControllerConfig{MaxCap: CapLimit, InitialCap: 1000})
 	now := t0
 	for n := 1; n <= CapLimit; n++ {
-		c.ObserveGap(now, n, time.Duration(20+n)*time.Millisecond)
+		c.ObserveGap(now, n, time.Duration(20+n)*time.Millisecond, false)
 		c.ObserveFirst(now, n, time.Duration(200+n)*time.Millisecond)
 	}
 	c.refresh(now)

@@ -25,7 +25,7 @@ func slowFirstTokens(c *Controller, e *engine, now time.Time, d time.Duration) t
 	for end := now.Add(d); now.Before(end); {
 		for k := 0; k < 20; k++ {
 			now = now.Add(50 * time.Millisecond)
-			c.ObserveGap(now, n, e.gap(n))
+			c.ObserveGap(now, n, e.gap(n), false)
 			if k%5 == 0 {
 				c.ObserveFirst(now, n, 3*time.Second)
 			}

@@ -16,7 +16,7 @@ func (c *Controller) ObserveFirst(now time.Time, running int, engineTTFT time.Du
 		return
 	}
 	y := engineTTFT.Seconds()
-	c.ttftShift.add(now, running, y)
+	c.ttftShift.add(now, running, y, false)
 	c.ttft.add(now, running, y)
 	if now.Add(-engineTTFT).Before(c.shiftAt) {
 		return // began before a shift: neither regime
@@ -39,10 +39,13 @@ func ratio(y, m float64) float64 {
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 
 // ObserveGap records the gap between two output chunks of one stream with
-// the number of requests running then.
-func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration) {
+// the number of requests running then; prefill says whether a prefill was
+// under way at some moment of it (admission.Limiter.PrefillDuring), which
+// explains a gap that held a prefill step: such an outlier is no evidence
+// of a slower engine (see shiftDetector.add).
+func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration, prefill bool) {
 	y := gap.Seconds()
-	c.gapShift.add(now, running, y)
+	c.gapShift.add(now, running, y, prefill)
 	if c.gap.ok && y > outlierFactor*c.gap.at(float64(running)) {
 		return // a prefill stall, not a decode step (see outlierFactor)
 	}
@@ -89,7 +92,10 @@ func (c *Controller) ObserveDone(now time.Time, f Finished) {
 	}
 	c.tok.observePrompt(now, f.PromptEstimate)
 	if !c.waitedInEngine(now, f) {
-		c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead, f.PromptTokens)
+		// The prompts granted after it that the engine prefilled with it
+		// count as work before its first token (see
+		// admission.Ticket.PrefillWith).
+		c.tok.observePrefill(now, f.EngineTTFT, f.PrefillSpan, f.PrefillStep, f.PrefillAhead+f.PrefillWith, f.PromptTokens)
 	}
 	// A running count that is NaN or infinite says nothing of the step
 	// time the request's tokens were made at: its TPOT ratio is dropped.

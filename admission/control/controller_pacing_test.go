@@ -83,7 +83,7 @@ func TestStallGapsStayOutOfTheStepCurve(t *testing.T) {
 		}
 		now = now.Add(g)
 		for range n {
-			c.ObserveGap(now, n, g)
+			c.ObserveGap(now, n, g, false)
 		}
 		if i%20 == 19 {
 			c.Decide(now, Load{Running: 6, PeakRunning: 6, Queued: 3, PeakQueued: 3})
@@ -100,7 +100,7 @@ func TestStallGapsStayOutOfTheStepCurve(t *testing.T) {
 		n := 4 + i%3
 		now = now.Add(4 * step)
 		for range n {
-			c.ObserveGap(now, n, 4*step)
+			c.ObserveGap(now, n, 4*step, false)
 		}
 		if i%5 == 4 {
 			c.Decide(now, Load{Running: 6, PeakRunning: 6, Queued: 3, PeakQueued: 3})
@@ -135,5 +135,37 @@ func TestFallingFitKeepsTheRisingShape(t *testing.T) {
 	if cv.b <= 0 || cv.at(16) <= cv.at(8)*1.5 {
 		t.Fatalf("after falling samples: a=%.4f b=%.4f, at 16 %.1fms vs at 8 %.1fms; want the rising shape kept",
 			cv.a, cv.b, 1000*cv.at(16), 1000*cv.at(8))
+	}
+}
+
+// A request that would queue for a slot is held to its own prefill, not
+// the mean engine TTFT at the cap, when its client is not known to retry
+// (a refusal may lose it; the limiter still refuses it at its grant if
+// the prefills then under way would make it late); an SDK client, which
+// comes back, is told at once when to.
+func TestQueuedShortPromptOfAClientThatDoesNotRetry(t *testing.T) {
+	e := bf16Like()
+	e.out, e.prompt = 10, 2000
+	c := NewController(ControllerConfig{})
+	now, _ := e.run(t, c, t0, 3*time.Minute)
+	if !c.tokenBudget() {
+		t.Fatal("setup: no token budget")
+	}
+	wait, ok := c.waitBound(0)
+	eng := c.engineTTFTOf(now, 100)
+	own := 20 * time.Millisecond
+	if !ok || eng < 4*own || wait+eng >= c.op.TTFT {
+		t.Fatalf("setup: wait %v, engine TTFT %v of a 100-token prompt; want the two within the target and the second above %v", wait, eng, 4*own)
+	}
+	// Arrived so long ago that the mean engine TTFT misses the target and
+	// its own prefill does not.
+	age := c.op.TTFT - wait - eng/2
+	q := Query{Arrival: now.Add(-age), Targets: c.op, PromptTokens: 100, PrefillOwn: own}
+	if v := c.Admit(now, q); !v.OK {
+		t.Errorf("client not known to retry: %+v, want queued (%v + %v + %v <= %v)", v, age, wait, own, c.op.TTFT)
+	}
+	q.SDK = true
+	if v := c.Admit(now, q); v.OK {
+		t.Errorf("SDK client: %+v, want refused (%v + %v + %v > %v)", v, age, wait, eng, c.op.TTFT)
 	}
 }

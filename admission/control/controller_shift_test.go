@@ -33,3 +33,35 @@ func TestStepShiftKeepsTheEngineTTFTSamples(t *testing.T) {
 		t.Errorf("after an engine TTFT shift: %d samples, %d levels measured, %d dwelt; want all forgotten", s, m, d)
 	}
 }
+
+// A run of gaps far above the step, each spanning a prefill under way
+// (the engine prefilling most of the time), is no shift of the time per
+// token; the same run with no prefill under way is one (a slower engine).
+func TestStallRunDuringPrefillsIsNoShift(t *testing.T) {
+	run := func(prefill bool) *Controller {
+		c := NewController(ControllerConfig{Fixed: true, InitialCap: 10})
+		now := t0
+		step := 20 * time.Millisecond
+		for i := range 9000 {
+			n := 8 + i%3
+			g := step
+			if i >= 8000 {
+				g = 200 * time.Millisecond // every step from here holds a prefill
+			}
+			now = now.Add(g)
+			for range n {
+				c.ObserveGap(now, n, g, prefill && i >= 8000)
+			}
+			if i%20 == 19 {
+				c.Decide(now, Load{Running: 10, PeakRunning: 10, Queued: 3, PeakQueued: 3})
+			}
+		}
+		return c
+	}
+	if c := run(true); c.shifts != 0 {
+		t.Errorf("stalls each during a prefill taken for a shift: %s", c.lastShift)
+	}
+	if c := run(false); c.shifts == 0 {
+		t.Error("a run of long gaps with no prefill under way was not taken for a shift")
+	}
+}

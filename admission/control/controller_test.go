@@ -50,7 +50,7 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		g := e.gap(n)
 		chunks := float64(n) * float64(tick) / float64(g)
 		for k := 0; k < int(chunks); k++ {
-			c.ObserveGap(now, n, g)
+			c.ObserveGap(now, n, g, false)
 			if e.prompt > 0 {
 				c.ObserveStep(now, n, n*(e.prompt+e.out/2), g)
 			}

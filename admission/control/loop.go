@@ -193,7 +193,7 @@ func (r *Loop) lock() {
 func (r *Loop) applyGapsLocked() {
 	r.gaps.drain(func(p pendingGap) {
 		r.noteLocked(p.running, 0)
-		r.c.ObserveGap(p.at, p.running, p.gap)
+		r.c.ObserveGap(p.at, p.running, p.gap, p.prefill)
 		r.c.ObserveStep(p.at, p.running, p.kv, p.gap)
 	})
 }
@@ -271,7 +271,7 @@ func (r *Loop) Chunks(n int, chunk func(i int) (now time.Time, running int, gap 
 	if !r.mu.TryLock() {
 		for i := range n {
 			now, running, gap := chunk(i)
-			r.gaps.add(pendingGap{at: now, running: running, kv: r.l.ResidentKV(), gap: gap})
+			r.gaps.add(pendingGap{at: now, running: running, kv: r.l.ResidentKV(), gap: gap, prefill: r.l.PrefillDuring(now.Add(-gap))})
 		}
 		if !r.mu.TryLock() {
 			return // the holder, or the next one, applies them
@@ -285,7 +285,7 @@ func (r *Loop) Chunks(n int, chunk func(i int) (now time.Time, running int, gap 
 		now, running, gap := chunk(i)
 		kv := r.l.ResidentKV()
 		r.noteLocked(running, 0)
-		r.c.ObserveGap(now, running, gap)
+		r.c.ObserveGap(now, running, gap, r.l.PrefillDuring(now.Add(-gap)))
 		r.c.ObserveStep(now, running, kv, gap)
 	}
 	r.mu.Unlock()
@@ -320,7 +320,7 @@ func (r *Loop) Finished(now time.Time, rec slo.Record, running int) {
 		Hold: rec.E2E - rec.QueueWait, OutputTokens: rec.OutputTokens,
 		Targets: rec.VerdictTargets(), Good: rec.Outcome.Good(),
 		PromptTokens: rec.PromptTokens, PromptEstimate: rec.PromptEstimate,
-		PrefillAhead: rec.PrefillAhead, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
+		PrefillAhead: rec.PrefillAhead, PrefillWith: rec.PrefillWith, PrefillSpan: rec.PrefillSpan, PrefillStep: rec.PrefillStep,
 		GrantRunning: rec.GrantRunning,
 	}
 	if !r.c.cfg.NoCachedCost {
@@ -345,6 +345,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 	old := r.c.Cap()
 	q := Query{Arrival: req.Arrival, Ahead: max(s.Position-1, 0), Targets: req.Targets, MaxWait: req.MaxWait,
 		PromptTokens: req.PromptTokens, Honoured: s.Honoured, SDK: req.Retries >= 0}
+	q.PrefillOwn = s.PrefillOwn
 	if s.Running < s.Limit && s.Prefilling > 0 {
 		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
 	}

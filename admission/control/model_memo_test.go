@@ -30,8 +30,8 @@ func TestExpMemoSameSums(t *testing.T) {
 			memo.ObserveFirst(now, running, ttft)
 			plain.ObserveFirst(now, running, ttft)
 		}
-		memo.ObserveGap(now, running, gap)
-		plain.ObserveGap(now, running, gap)
+		memo.ObserveGap(now, running, gap, false)
+		plain.ObserveGap(now, running, gap, false)
 		if i%20000 == 0 {
 			memo.Decide(now, Load{Running: running})
 			plain.Decide(now, Load{Running: running})
@@ -71,7 +71,7 @@ func BenchmarkObserveGap(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				now = now.Add(7 * time.Microsecond)
-				c.ObserveGap(now, 900+i%100, 20*time.Millisecond)
+				c.ObserveGap(now, 900+i%100, 20*time.Millisecond, false)
 				i++
 			}
 		})

@@ -33,8 +33,8 @@ func runPair(t *testing.T, e *engine, lazy, full *Controller, now time.Time, d t
 		g := e.gap(n)
 		for range int(float64(n) * float64(tick) / float64(g)) {
 			at := now.Add(-time.Duration(rng.IntN(int(tick))))
-			lazy.ObserveGap(at, n, g)
-			full.ObserveGap(at, n, g)
+			lazy.ObserveGap(at, n, g, false)
+			full.ObserveGap(at, n, g, false)
 		}
 		hold := e.ttft(n) + time.Duration(e.out-1)*g
 		e.phase += float64(n) * float64(tick) / float64(hold)
@@ -122,7 +122,7 @@ func BenchmarkDecideFixedLargeCap(b *testing.B) {
 	for i := range 600 {
 		now = now.Add(100 * time.Millisecond)
 		n := 80 + i%20
-		c.ObserveGap(now, n, e.gap(n))
+		c.ObserveGap(now, n, e.gap(n), false)
 		if i%4 == 0 {
 			c.ObserveFirst(now, n, e.ttft(n))
 			c.ObserveDone(now, Finished{Targets: c.op, Running: float64(n), EngineTTFT: e.ttft(n), TPOT: e.gap(n), Hold: 10 * time.Second, OutputTokens: 100})

@@ -33,7 +33,8 @@ type Query struct {
 	PrefillAge  time.Duration
 	PrefillWait time.Duration
 	// PrefillOwn is the request's own predicted prefill on the engine as
-	// it runs now, by the limiter's token budget (0 without).
+	// it runs now, by the limiter's token budget (0 without), paced or
+	// not.
 	PrefillOwn time.Duration
 	// PromptTokens is the request's prompt as the gateway estimates it (0:
 	// unknown).
@@ -190,6 +191,19 @@ type Verdict struct {
 // and then missed it: with every request of scenario 19 not streamed,
 // static caps 1-16 served none within 13 s, waiting 8-13 s in the queue.
 //
+// For a client not known to retry (not an OpenAI SDK, Query.SDK), a
+// refusal may lose the request for good, so with the token budget on the
+// engine TTFT above is its own prefill as the engine runs now
+// (Query.PrefillOwn), the least it can be, rather than the mean at the
+// cap: the limiter refuses it anyway when its turn comes if the prefills
+// then under way would make it late (it starts only within its deadline),
+// so letting it queue loses nothing it would not lose at once. The mean
+// engine TTFT at the cap is every prompt's, long and short and their
+// waits behind each other; held to it, a 300-token prompt was refused for
+// a predicted 1 s of engine TTFT that it would have met in 10 ms
+// (scenario 31 at cap 11, one request queued ahead). A client that
+// retries is better told at once when to come back.
+//
 // Where the request's queue bound (Query.MaxWait: its class's, or the
 // operator's) is longer than its target (TTFT, or E2E for one judged by
 // it alone), the bound wins: the operator chose to trade first-token time
@@ -218,6 +232,9 @@ func (c *Controller) Admit(now time.Time, q Query) Verdict {
 		eng = c.predictedEngineE2E(now)
 	} else {
 		budget = c.feasibleTTFT(q)
+		if !q.SDK && q.PrefillOwn > 0 && c.tokenBudget() {
+			eng = q.PrefillOwn // see Admit: a client not known to retry
+		}
 	}
 	if !known {
 		return Verdict{OK: true, Cap: c.cap}
