@@ -137,6 +137,7 @@ type candidate struct {
 	deadline time.Time
 	prompt   int
 	output   int
+	tpot     time.Duration // its TPOT target (0: none)
 	// back is how often it was refused before: a request come back goes
 	// before those that come for the first time (see fairQueue.push);
 	// retries its client's count of its attempts (Request.Retries).
@@ -150,6 +151,7 @@ func candidateOf(req Request) candidate {
 	if req.Targets.TTFT > 0 {
 		c.deadline = req.Arrival.Add(req.Targets.TTFT)
 	}
+	c.tpot = req.Targets.TPOT
 	return c
 }
 
@@ -176,6 +178,8 @@ type budget struct {
 	// prefilled).
 	seq    uint64
 	firsts []*Ticket
+	// short are the running short answers (see stallFits).
+	short []*Ticket
 	// activity is what Limiter.PrefillDuring reads without the lock.
 	activity *prefillActivity
 }
@@ -246,7 +250,7 @@ func (b *budget) fits(now time.Time, c candidate, running, resident, reserved in
 		return false, heldReserve
 	case !b.prefillFits(now, c, running, resident):
 		return false, heldPrefill
-	case !b.stepFits(c, running, resident):
+	case !b.stepFits(c, running, resident), !b.stallFits(now, c, running, resident):
 		return false, heldStep
 	}
 	return true, 0
@@ -453,7 +457,10 @@ func (b *budget) firstToken(now time.Time, t *Ticket) bool {
 }
 
 // release forgets t at now.
-func (b *budget) release(now time.Time, t *Ticket) { b.firstToken(now, t) }
+func (b *budget) release(now time.Time, t *Ticket) {
+	b.firstToken(now, t)
+	b.releaseShort(t)
+}
 
 // hold counts w as held for reason, once per reason.
 func (b *budget) hold(w *waiter, reason int) {

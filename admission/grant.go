@@ -166,6 +166,7 @@ func (l *Limiter) grantLocked(now, enqueued time.Time, f *flow, c candidate, cla
 		limit: l.b.limit, runningAt: int(l.running.Load())}
 	t.charged = l.s.granted(now, f, class)
 	l.b.take(now, t, int(l.running.Load())-1, l.ResidentKV())
+	l.b.takeShort(t, c)
 	l.kvPrompt.Add(int64(t.est))
 	return t
 }

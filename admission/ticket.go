@@ -37,6 +37,10 @@ type Ticket struct {
 	with      atomic.Int64
 	firstAt   time.Time
 	generated atomic.Int64
+	// outBound and tpot are a short answer's output bound and TPOT target
+	// (see stallFits; 0: not one).
+	outBound int
+	tpot     time.Duration
 
 	// What the grant knew, for Grant: the cap, the slots held with this
 	// one, why it waited, its predicted time to the first token.
