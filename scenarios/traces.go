@@ -136,12 +136,9 @@ func (s *Suite) traceChecks(sc Scenario, row *Row, ad, eng, or RunResult, add fu
 }
 
 // traceNotMet are the trace scenarios where the adaptive gateway is
-// behind a peer on the run of 2026-12-06 (seed 1): the peer of vLLM's
-// max_num_queued_tokens, given the best static cap found after the fact
-// (31: 6.625 against 6.550 good req/s). At cap 2 it serves medium prompts
-// (median 4,000 tokens) the deadline check refuses behind prefills under
-// way, and short answers (2-7 tokens) that one prefill stall puts past
-// the TPOT target at the adaptive caps of 8-15 (54 TPOT misses to its 7);
-// the adaptive serves long prompts (median 5,000, a tenth over 13,000)
-// that its token budget refuses.
-var traceNotMet = map[int]bool{31: true}
+// behind a peer on seed 1 (the peer of vLLM's max_num_queued_tokens, given
+// the best static cap found after the fact): none since 2026-12-07, when
+// the token budget began to hold a prefill that would stall a short answer
+// past its TPOT target (31: 6.983 against 6.625 good req/s; 6.550 before,
+// 54 of its misses short answers behind a prefill).
+var traceNotMet = map[int]bool{}
