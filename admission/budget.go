@@ -43,9 +43,9 @@ type Costs struct {
 	// requests too long to meet their TTFT target even alone may take in
 	// prefill: each such request spends its predicted prefill from a credit
 	// that grows at this share of the time passed (up to oversizeCredit),
-	// and starts only when the credit covers it and no other prefill is
-	// under way. 0 means no bound (they start whenever no other prefill is
-	// under way).
+	// and starts only when the credit covers it (or is full) and no other
+	// prefill is under way. 0 means no bound (they start whenever no other
+	// prefill is under way).
 	OversizeShare float64
 	// MaxPrefillTokens, when positive, is a static bound on the prompt
 	// tokens in the prefill phase (granted without a first token yet, and
@@ -257,8 +257,18 @@ func (b *budget) fits(now time.Time, c candidate, running, resident, reserved in
 }
 
 // oversizeCredit bounds the credit of prefill time for requests too long
-// for their target: a burst of them after a quiet spell takes at most this.
-const oversizeCredit = 5 * time.Second
+// for their target: a burst of them after a quiet spell takes at most this,
+// and one longer than it starts when the credit is full (the credit goes
+// below zero). At 5 s, with a prefill model that counts a batch's prompts
+// (an 8,000-token prompt alone predicted 2.4 s, not 3.1 s), two prompts of
+// scenario 17's flood started back to back at its start where one had,
+// and the chat's answers running through both stalls missed their TPOT
+// target (24-31 at the flood's start to 7-11, seeds 1 and 4; 1.5 % of
+// goodput with today's clients over seeds 1-4); bursts of heavy-tailed
+// long prompts did as much in 12 (seeds 1-24: 1.079 good req/s with
+// today's clients and 1.010 with the SDKs' at 2 s, 1.031 and 0.975 at
+// 5 s). And a prompt longer than 5 s alone never started.
+const oversizeCredit = 2 * time.Second
 
 // refill adds to the credit the share of the time since it was last
 // refilled.
@@ -273,13 +283,14 @@ func (b *budget) refill(now time.Time) {
 	}
 }
 
-// oversizeFits reports whether a doomed request's prefill fits the credit.
+// oversizeFits reports whether a doomed request's prefill fits the credit:
+// the credit covers it, or is full.
 func (b *budget) oversizeFits(now time.Time, c candidate) bool {
 	if b.costs.OversizeShare <= 0 {
 		return true
 	}
 	b.refill(now)
-	return b.credit >= b.costs.Alone(c.prompt)
+	return b.credit >= min(b.costs.Alone(c.prompt), oversizeCredit)
 }
 
 // doomed reports whether c would miss its TTFT deadline even with the
