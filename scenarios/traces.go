@@ -139,6 +139,6 @@ func (s *Suite) traceChecks(sc Scenario, row *Row, ad, eng, or RunResult, add fu
 // behind a peer on seed 1 (the peer of vLLM's max_num_queued_tokens, given
 // the best static cap found after the fact): none since 2026-12-07, when
 // the token budget began to hold a prefill that would stall a short answer
-// past its TPOT target (31: 6.983 against 6.625 good req/s; 6.550 before,
+// past its TPOT target (31: 7.075 against 6.625 good req/s; 6.550 before,
 // 54 of its misses short answers behind a prefill).
 var traceNotMet = map[int]bool{}
