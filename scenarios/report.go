@@ -205,7 +205,9 @@ func (s *Suite) row(sc Scenario) Row {
 			r := ratio(ad.Halves[h], row.OracleHalves[h])
 			add(r >= 0.9, "half %d: adaptive >= 0.9 x oracle of the half (%.3f)", h+1, r)
 		}
-		add(ad.Reconverge <= time.Minute, "re-converged within 60s of the change (%.0fs)", ad.Reconverge.Seconds())
+		med, n := s.reconvergeMedian(id)
+		add(n == reconvergeSeeds && med <= time.Minute, "re-converged within 60s of the change, median over %d seeds (%.0fs; on the suite's seed alone %.0fs)",
+			reconvergeSeeds, med.Seconds(), ad.Reconverge.Seconds())
 	}
 	if sc.NoStreamShare > 0 {
 		row.AdaptiveClasses, row.OracleClasses = classGoodput(ad), classGoodput(or)
@@ -390,6 +392,29 @@ var todaysBaseline = map[int]struct{ oracle, ratio, mean float64 }{
 	11: {0.4569, 1.0122, 1.0101}, 12: {0.8306, 1.2341, 1.2237}, 13: {0.5375, 0.9922, 0.9986},
 	16: {1.1458, 2.6424, 2.6628}, 17: {4.28, 1.4572, 1.4010}, 18: {1.0444, 1.0013, 0.9131},
 	19: {2.1083, 0.9816, 0.9759}, 20: {2.0972, 0.9934, 0.9864},
+}
+
+// reconvergeSeeds is how many seeds, from the suite's, the adaptive
+// gateway runs on in the scenarios that re-converge after a change (4 and
+// 5), for the median of the time it takes: one seed's is a draw. Scenario
+// 4 (prompts double) on seeds 1-8, TestTrace with SDK clients, 2026-12-07:
+// 15, 0, 103, 60, 0, 112, 96 and 198 s at 9220492, within 60 s on four
+// seeds, median 78 s; seed 1 alone had met the check.
+const reconvergeSeeds = 8
+
+// reconverges reports whether scenario id is judged on its re-convergence.
+func reconverges(id int) bool { return id == 4 || id == 5 }
+
+// reconvergeMedian is the median re-convergence of the adaptive gateway
+// over the seeds it ran on (reconvergeSeeds), and how many.
+func (s *Suite) reconvergeMedian(id int) (time.Duration, int) {
+	var d []time.Duration
+	for k := range reconvergeSeeds {
+		if r, ok := s.find(id, Mode{Kind: "adaptive", SeedOffset: uint64(k)}.String()); ok && r.Reconverge >= 0 {
+			d = append(d, r.Reconverge)
+		}
+	}
+	return median(d), len(d)
 }
 
 // todaysSeeds is how many seeds, from the suite's, the adaptive gateway

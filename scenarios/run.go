@@ -37,7 +37,8 @@ type Mode struct {
 	// run's (traces.go: an adaptive gateway without cached-token cost).
 	Env string
 	// SeedOffset, when set, runs it on the suite's seed plus this: the
-	// adaptive gateway with today's clients on further seeds (todaysSeeds).
+	// adaptive gateway with today's clients on further seeds (todaysSeeds),
+	// or with the scenario's own where it re-converges (reconvergeSeeds).
 	SeedOffset uint64
 }
 
@@ -52,6 +53,9 @@ func (m Mode) String() string {
 			return fmt.Sprintf("engine-%d", m.Cap)
 		}
 	case "adaptive":
+		if m.SeedOffset > 0 && m.Clients == "" && m.Env == "" {
+			return fmt.Sprintf("adaptive+%d", m.SeedOffset)
+		}
 		if m.SeedOffset > 0 {
 			return fmt.Sprintf("adaptive-%s%s+%d", m.Clients, m.Env, m.SeedOffset)
 		}

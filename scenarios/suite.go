@@ -204,6 +204,11 @@ func (s *Suite) modes(sc Scenario) []Mode {
 		m = append(m, Mode{Kind: "engine"})
 	}
 	m = append(append(m, Mode{Kind: "adaptive"}), sc.traceModes()...)
+	if reconverges(sc.ID) {
+		for k := 1; k < reconvergeSeeds; k++ {
+			m = append(m, Mode{Kind: "adaptive", SeedOffset: uint64(k)})
+		}
+	}
 	if sc.Users > 0 && s.clients(sc) != bench.ClientsNext && !sc.Lean {
 		m = append(m, Mode{Kind: "adaptive", Clients: "next"}) // today's clients
 		if _, ok := todaysBaseline[sc.ID]; ok {
