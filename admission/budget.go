@@ -56,9 +56,18 @@ type Costs struct {
 }
 
 // prefillOf is the predicted time to prefill prompts of p tokens with a
-// decode step of step.
+// decode step of step, with the margin (see PrefillMargin).
 func (c Costs) prefillOf(p int, step time.Duration) time.Duration {
-	return seconds(max(c.PrefillMargin, 1) * (c.PrefillBase.Seconds() + c.PrefillSteps*step.Seconds() + c.PrefillPerToken*float64(max(p, 0))))
+	return seconds(max(c.PrefillMargin, 1) * c.prefillSeconds(p, step))
+}
+
+// prefillMean is prefillOf without the margin: the model's prediction.
+func (c Costs) prefillMean(p int, step time.Duration) time.Duration {
+	return seconds(c.prefillSeconds(p, step))
+}
+
+func (c Costs) prefillSeconds(p int, step time.Duration) float64 {
+	return c.PrefillBase.Seconds() + c.PrefillSteps*step.Seconds() + c.PrefillPerToken*float64(max(p, 0))
 }
 
 // Step is the predicted decode step with n requests running whose KV

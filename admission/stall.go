@@ -81,8 +81,3 @@ func (b *budget) releaseShort(t *Ticket) {
 		}
 	}
 }
-
-// prefillMean is prefillOf without the margin: the model's prediction.
-func (c Costs) prefillMean(p int, step time.Duration) time.Duration {
-	return seconds(c.PrefillBase.Seconds() + c.PrefillSteps*step.Seconds() + c.PrefillPerToken*float64(max(p, 0)))
-}

@@ -347,7 +347,7 @@ func (r *Loop) Admit(req admission.Request, s admission.State) (bool, time.Durat
 		PromptTokens: req.PromptTokens, Honoured: s.Honoured, SDK: req.Retries >= 0}
 	q.PrefillOwn = s.PrefillOwn
 	if s.Running < s.Limit && s.Prefilling > 0 {
-		q.Paced, q.PrefillAge, q.PrefillWait, q.PrefillOwn = true, s.PrefillAge, s.PrefillWait, s.PrefillOwn
+		q.Paced, q.PrefillAge, q.PrefillWait = true, s.PrefillAge, s.PrefillWait
 	}
 	v := r.c.Admit(now, q)
 	var e effects
