@@ -32,6 +32,9 @@
 //     the table, the JSON rows with the issue's field names, and the
 //     threshold checks (every one enforced but for a mix's check marked
 //     Reported, printed with its reason).
+//   - baseline.go: what those checks are judged against beyond one run:
+//     the gateway before, the further seeds a check takes its mean or
+//     median over, and the misses still listed, with their reasons.
 //   - mix.go, mix_report.go: the [Mix]es of issue 16, scenarios 14
 //     (priority-mix: chat and batch classes) and 15 (tenant-fairness), each
 //     run three ways with the adaptive gateway (classes configured; the

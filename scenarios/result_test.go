@@ -140,3 +140,26 @@ func TestHeldCap(t *testing.T) {
 		t.Fatalf("held cap of no trajectory %d, want 0", got)
 	}
 }
+
+// Re-convergence is judged as the median over the adaptive runs on
+// reconvergeSeeds seeds, found by their mode's name; a seed missing (or a
+// run that never measured it) leaves the count short, which fails the
+// check.
+func TestReconvergeMedianOverSeeds(t *testing.T) {
+	s := &Suite{Runs: map[int][]RunResult{}}
+	secs := []int{141, 53, 14, 127, 54, 11, 45, 0} // scenario 4, seeds 1-8, 2026-12-07
+	for k, v := range secs {
+		s.Runs[4] = append(s.Runs[4], RunResult{Mode: Mode{Kind: "adaptive", SeedOffset: uint64(k)}.String(), Reconverge: time.Duration(v) * time.Second})
+	}
+	s.Runs[4] = append(s.Runs[4], RunResult{Mode: "adaptive-next", Reconverge: time.Hour}) // today's clients: not counted
+	if med, n := s.reconvergeMedian(4); n != reconvergeSeeds || med != 49*time.Second {
+		t.Fatalf("median %v over %d seeds, want 49s over %d", med, n, reconvergeSeeds)
+	}
+	s.Runs[4][3].Reconverge = -1 // never measured
+	if _, n := s.reconvergeMedian(4); n != reconvergeSeeds-1 {
+		t.Fatalf("%d seeds counted with one unmeasured, want %d", n, reconvergeSeeds-1)
+	}
+	if !reconverges(4) || !reconverges(5) || reconverges(1) {
+		t.Error("re-convergence is judged in 4 and 5 alone")
+	}
+}
