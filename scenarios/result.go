@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/kneecap/kneecap/admission"
@@ -215,6 +216,63 @@ type Outside struct {
 	// Returned, RefusedAgain and GaveUp count refused requests that came
 	// back, refusals of such requests, and refusals on a client's last try.
 	Returned, RefusedAgain, GaveUp int64
+}
+
+// windowCount takes a gateway's count of the demand it turned away
+// (admission.Limiter.Outside) at a window's start and end, each by a timer
+// from when it is made; see countWindow.
+type windowCount struct {
+	count       func() admission.OutsideStats
+	window      time.Duration
+	start, end  *time.Timer
+	mu          sync.Mutex
+	first, last admission.OutsideStats
+	taken       chan struct{} // closed once last is taken
+	once        sync.Once
+}
+
+// countWindow starts a windowCount of o's count over the window that
+// begins after warmup.
+func countWindow(o interface{ Outside() admission.OutsideStats }, warmup, window time.Duration) *windowCount {
+	w := &windowCount{count: o.Outside, window: window, taken: make(chan struct{})}
+	w.start = time.AfterFunc(warmup, func() {
+		c := w.count()
+		w.mu.Lock()
+		w.first = c
+		w.mu.Unlock()
+	})
+	w.end = time.AfterFunc(warmup+window, w.takeLast)
+	return w
+}
+
+func (w *windowCount) takeLast() {
+	c := w.count()
+	w.mu.Lock()
+	w.last = c
+	w.mu.Unlock()
+	w.once.Do(func() { close(w.taken) })
+}
+
+// result is the count over the window, once the run has ended. A run ends
+// at the window's end, the instant the end's timer fires, and which of the
+// two runs first is the scheduler's choice: when the run's end comes
+// first, the end is counted now (before, the count at the end was then
+// still zero, and the idle slot time over the window came out negative:
+// -0.06 slots in scenario 7 of a full sweep, 0.47 alone).
+func (w *windowCount) result() Outside {
+	if w.end.Stop() {
+		w.takeLast()
+	}
+	<-w.taken
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return outsideOver(w.first, w.last, w.window)
+}
+
+// stop stops the timers of a run that ended without a result.
+func (w *windowCount) stop() {
+	w.start.Stop()
+	w.end.Stop()
 }
 
 func outsideOver(a, b admission.OutsideStats, window time.Duration) Outside {

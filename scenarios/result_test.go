@@ -2,7 +2,10 @@ package scenarios
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
+
+	"github.com/kneecap/kneecap/admission"
 )
 
 func TestConvergence(t *testing.T) {
@@ -162,4 +165,31 @@ func TestReconvergeMedianOverSeeds(t *testing.T) {
 	if !reconverges(4) || !reconverges(5) || reconverges(1) {
 		t.Error("re-convergence is judged in 4 and 5 alone")
 	}
+}
+
+// fakeOutside counts one second of idle slot time per second since it
+// was made.
+type fakeOutside struct{ since time.Time }
+
+func (f fakeOutside) Outside() admission.OutsideStats {
+	return admission.OutsideStats{IdleSlotTime: time.Since(f.since)}
+}
+
+// The count over a window is the count at its end less the count at its
+// start, whichever of the run's end and the end's timer comes first: a run
+// that ends first counts the end itself (the timer's count was still zero
+// then, and the idle slot time over the window came out negative).
+func TestWindowCountWhenTheRunEndsFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := countWindow(fakeOutside{time.Now()}, 5*time.Second, 10*time.Second)
+		time.Sleep(14 * time.Second) // the run ends before the window's timer
+		if got := w.result().IdleSlots; got < 0.89 || got > 0.91 {
+			t.Fatalf("idle slots %.3f over a window cut at 9 of its 10 s, want 0.9 (9 s of 10)", got)
+		}
+		w = countWindow(fakeOutside{time.Now()}, 5*time.Second, 10*time.Second)
+		time.Sleep(20 * time.Second) // the timer came first
+		if got := w.result().IdleSlots; got < 0.99 || got > 1.01 {
+			t.Fatalf("idle slots %.3f over a whole window, want 1", got)
+		}
+	})
 }

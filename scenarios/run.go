@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/bench"
 	"github.com/kneecap/kneecap/sim"
 )
@@ -203,24 +202,10 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 	start := time.Now()
 	// The gateway's count of the demand it turned away and the slot time
 	// it left idle, at the window's start and end.
-	var (
-		outsideMu sync.Mutex
-		outside   [2]admission.OutsideStats
-	)
+	var outside *windowCount
 	if fe != nil {
-		lim := fe.gw.Limiter()
-		take := func(i int) func() {
-			return func() {
-				o := lim.Outside()
-				outsideMu.Lock()
-				outside[i] = o
-				outsideMu.Unlock()
-			}
-		}
-		t0 := time.AfterFunc(r.Timing.Warmup, take(0))
-		t1 := time.AfterFunc(r.Timing.Warmup+r.Timing.Window, take(1))
-		defer t0.Stop()
-		defer t1.Stop()
+		outside = countWindow(fe.gw.Limiter(), r.Timing.Warmup, r.Timing.Window)
+		defer outside.stop()
 	}
 	if r.Scenario.StepFactor > 0 {
 		at, back := r.Scenario.changes(r.Timing)
@@ -274,10 +259,8 @@ func (r Run) execute(ctx context.Context) (RunResult, error) {
 		return RunResult{}, errors.New("bench ran no level")
 	}
 	res := r.result(rep.Levels[0], start, traj)
-	if fe != nil {
-		outsideMu.Lock()
-		res.Outside = outsideOver(outside[0], outside[1], r.Timing.Window)
-		outsideMu.Unlock()
+	if outside != nil {
+		res.Outside = outside.result()
 	}
 	if r.SaveState && fe != nil {
 		if res.State, err = saveState(fe.gw, r.Env); err != nil {
