@@ -90,6 +90,22 @@ const minLevelWeight = 2
 // step (left out of the step curve and of the shift detector's means).
 const outlierFactor = 3
 
+// The shift detectors of the time per token (gapShift per level, and
+// stepShift pooled over every level): a short window of shiftShort
+// against the model's memory, a shift when their ratio leaves
+// [1/shiftBand, shiftBand] at two decisions in a row with at least
+// shiftMinShort and shiftMinLong samples' weight in the two windows. Three
+// seconds hold hundreds of chunk gaps at every level a datacenter engine
+// runs, and a quarter is beyond what the KV cache's growth moves a step in
+// that time; the engine TTFT's detector (15 s, 1.35, 6 and 15 first
+// tokens) stays in controller.go, beside its one use.
+const (
+	shiftShort    = 3 * time.Second
+	shiftBand     = 1.25
+	shiftMinShort = 100
+	shiftMinLong  = 300
+)
+
 // localReach is how far, in running requests, a sample can weigh in
 // localQuantile: its weight carries a factor exp(-|n - n_i|), and
 // exp(-28) < 1e-12, the weight below which a sample is skipped.
@@ -114,6 +130,17 @@ const decayGrain = 10 * time.Millisecond
 // scrapes, so that one reading taken between a grant and the engine's
 // admission of it does not swing the step budget.
 const hiddenMemory = 3 * time.Second
+
+// promptCount is the number of recent prompts the stall term's second
+// mean prompt follows (tokens.promptNow, an exponential mean with weight
+// 1/promptCount each): the stall term takes the larger of it and the
+// minute's mean. When prompts double, the minute's mean takes a minute to
+// follow and the stall term, a prefill per running request, trails the
+// engine (scenario 25 lost 15 % of its goodput with the minute's mean
+// alone once the decode step left the prefills out); a hundred prompts
+// are a few seconds of a datacenter engine's traffic, and a single long
+// prompt moves the mean by a hundredth of its size.
+const promptCount = 100
 
 // priorWeight is the weight of a Prior's samples: a little over what a
 // fit needs (minLineWeight), a few seconds of live samples.

@@ -193,6 +193,7 @@ type Controller struct {
 	gap, ttft    *curve // mean per-chunk gap and engine TTFT against running
 	gapShift     *shiftDetector
 	ttftShift    *shiftDetector
+	stepShift    stepShift  // the decode step over the token model's, pooled over the levels
 	tpotR, ttftR *ratioRing // spread of finished TPOT, of engine TTFT
 	outTokens    *ratioRing // output tokens of recent requests (raw)
 	ttftSamples  *sampleRing
@@ -262,7 +263,7 @@ func NewController(cfg ControllerConfig) *Controller {
 		op:          slo.Targets{TTFT: cfg.TTFT, TPOT: cfg.TPOT, E2E: cfg.E2E},
 		gap:         newCurve(cfg.MaxCap+1, tau, 200),
 		ttft:        newCurve(cfg.MaxCap+1, tau, 20),
-		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, 3*time.Second, 1.25, 100, 300),
+		gapShift:    newShiftDetector(cfg.MaxCap+1, tau, shiftShort, shiftBand, shiftMinShort, shiftMinLong),
 		ttftShift:   newShiftDetector(cfg.MaxCap+1, tau, 15*time.Second, 1.35, 6, 15),
 		tpotR:       newRatioRing(256, 2*tau),
 		ttftR:       newRatioRing(256, 2*tau),

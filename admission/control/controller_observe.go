@@ -46,6 +46,9 @@ func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration, prefill bool) {
 	y := gap.Seconds()
 	c.gapShift.add(now, running, y, prefill)
+	if !c.decodeGap(prefill) {
+		return
+	}
 	if c.gap.ok && y > outlierFactor*c.gap.at(float64(running)) {
 		return // a prefill stall, not a decode step (see outlierFactor)
 	}
@@ -54,9 +57,29 @@ func (c *Controller) ObserveGap(now time.Time, running int, gap time.Duration, p
 
 // ObserveStep records the gap between two output chunks of one stream with
 // the requests running and the KV tokens they hold then (the limiter's
-// count), for the step model of the token budget.
-func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Duration) {
-	c.tok.observeStep(now, running, kv, gap)
+// count), for the step model of the token budget; prefill as for
+// ObserveGap.
+func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Duration, prefill bool) {
+	if !c.decodeGap(prefill) {
+		return
+	}
+	if r := c.tok.observeStep(now, running, kv, gap); r > 0 && c.tokenBudget() {
+		c.stepShift.add(now, c.cfg.Memory, r)
+	}
+}
+
+// decodeGap reports whether a chunk gap teaches the decode step: with the
+// token budget on, a gap with a prefill under way does not. The model
+// predicts a level's TPOT as its decode step plus a stall term for the
+// prefills (a mean prompt's prefill over an answer's tokens, per running
+// request: stallPer); a step learnt from every gap within the outlier bound
+// held most prefills too (the budget paces them one at a time, and a gap of
+// one 800-token prefill on the H100 8B engine is 2.5 x a step), so the
+// stall was counted twice, more so the more requests run, and the cap
+// stopped near 120 where the engine gives 208 within the targets. Without
+// the budget there is no stall term, and every gap within the bound counts.
+func (c *Controller) decodeGap(prefill bool) bool {
+	return !prefill || !c.tokenBudget()
 }
 
 // ObserveEngine records what the engine reports of itself (its metrics):

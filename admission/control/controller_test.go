@@ -52,7 +52,7 @@ func (e *engine) run(t *testing.T, c *Controller, now time.Time, d time.Duration
 		for k := 0; k < int(chunks); k++ {
 			c.ObserveGap(now, n, g, false)
 			if e.prompt > 0 {
-				c.ObserveStep(now, n, n*(e.prompt+e.out/2), g)
+				c.ObserveStep(now, n, n*(e.prompt+e.out/2), g, false)
 			}
 		}
 		// Completions: n/hold per second; starts equal completions.

@@ -56,8 +56,10 @@
 //     peakRun), the slot time left idle while requests waited (idle), the
 //     shares of decisions that saw a tenant held short or bounded, and
 //     the ramp's accounting (requests refused, idle slot time).
-//  2. model (tick_model.go): a shift of either latency at the cap, the
-//     refit of the curves and the token model, and the per-level table.
+//  2. model (tick_model.go): a shift of either latency at the cap, or of
+//     the decode step over every level (stepShift, model_stepshift.go),
+//     the refit of the curves and the token model, and the per-level
+//     table.
 //     It owns the curves, the shift detectors, the token model and the
 //     table; a shift also clears what was learnt in the old regime
 //     (dwell, measured attainment, idle, failed and probed levels, the

@@ -194,7 +194,7 @@ func (r *Loop) applyGapsLocked() {
 	r.gaps.drain(func(p pendingGap) {
 		r.noteLocked(p.running, 0)
 		r.c.ObserveGap(p.at, p.running, p.gap, p.prefill)
-		r.c.ObserveStep(p.at, p.running, p.kv, p.gap)
+		r.c.ObserveStep(p.at, p.running, p.kv, p.gap, p.prefill)
 	})
 }
 
@@ -285,8 +285,9 @@ func (r *Loop) Chunks(n int, chunk func(i int) (now time.Time, running int, gap 
 		now, running, gap := chunk(i)
 		kv := r.l.ResidentKV()
 		r.noteLocked(running, 0)
-		r.c.ObserveGap(now, running, gap, r.l.PrefillDuring(now.Add(-gap)))
-		r.c.ObserveStep(now, running, kv, gap)
+		prefill := r.l.PrefillDuring(now.Add(-gap))
+		r.c.ObserveGap(now, running, gap, prefill)
+		r.c.ObserveStep(now, running, kv, gap, prefill)
 	}
 	r.mu.Unlock()
 }

@@ -42,7 +42,10 @@ type tokens struct {
 	p       float64    // the percentile the margin is taken at
 	step    planeFit
 	prompt  decayed // estimated prompt tokens of recent requests
-	hidden  decayed // KV tokens the engine holds beyond its running requests' (its metrics)
+	// promptNow is the mean estimated prompt of the last promptCount or
+	// so (an exponential mean by count, 0 before the first).
+	promptNow float64
+	hidden    decayed // KV tokens the engine holds beyond its running requests' (its metrics)
 	// kvPerRunning is the mean resident KV tokens per running request
 	// (over the last few hundred chunks), and runningNow the resident KV
 	// tokens at the last chunk.
@@ -78,20 +81,34 @@ func (k *tokens) margin(now time.Time) float64 {
 // observePrompt learns the size of a request that was admitted.
 func (k *tokens) observePrompt(now time.Time, estimate int) {
 	if estimate > 0 {
-		k.prompt.add(now, k.tau, float64(estimate))
+		x := float64(estimate)
+		k.prompt.add(now, k.tau, x)
+		if k.promptNow == 0 {
+			k.promptNow = x
+		}
+		k.promptNow += (x - k.promptNow) / promptCount
 	}
 }
 
 // observeStep learns from one chunk gap with running requests and kv
-// tokens resident (the running requests' own).
-func (k *tokens) observeStep(now time.Time, running, kv int, gap time.Duration) {
+// tokens resident (the running requests' own). It returns the gap over the
+// step the model predicted for it, or 0 (none learnt yet, or the gap was
+// left out).
+func (k *tokens) observeStep(now time.Time, running, kv int, gap time.Duration) float64 {
 	y := gap.Seconds()
 	if y <= 0 || running < 1 || kv < 0 {
-		return
+		return 0
 	}
 	x := float64(kv) + k.hidden.mean()
-	if k.step.ok && y > outlierFactor*k.step.at(float64(running), x) {
-		return // a prefill stall, not a decode step
+	r := 0.0
+	if k.step.ok {
+		m := k.step.at(float64(running), x)
+		if y > outlierFactor*m {
+			return 0 // a prefill stall, not a decode step
+		}
+		if m > 0 {
+			r = y / m
+		}
 	}
 	per := float64(kv) / float64(running)
 	if k.kvPerRunning == 0 {
@@ -100,6 +117,7 @@ func (k *tokens) observeStep(now time.Time, running, kv int, gap time.Duration) 
 	k.kvPerRunning += (per - k.kvPerRunning) / 256
 	k.runningNow = float64(kv)
 	k.step.add(now, k.tau, float64(running), x, y)
+	return r
 }
 
 // observeEngineKV learns from the engine's own count of resident KV
@@ -405,14 +423,16 @@ func (c *Controller) tokenGap(now time.Time) func(n int) float64 {
 // for, and early in a run, while the fit is loose, it held most of the
 // prefill: counted as stall, it made every level above the one measured
 // look worse than it is (scenario 1's cap sat at 4 for two minutes where
-// main's count model reached 6 in 14 s). 0 without the token budget or
+// main's count model reached 6 in 14 s). The mean prompt is the larger
+// of the minute's and the last hundred's (promptCount). 0 without the token budget or
 // before the prefill is learnt.
 func (c *Controller) stallPer(outMean float64) float64 {
 	if !c.tokenBudget() || outMean <= 1 {
 		return 0
 	}
 	f := c.tok.prefill
-	return math.Max(f.c[2]*c.tok.prompt.mean(), 0) / (outMean - 1)
+	prompt := math.Max(c.tok.prompt.mean(), c.tok.promptNow)
+	return math.Max(f.c[2]*prompt, 0) / (outMean - 1)
 }
 
 // tokenBudget reports whether the limiter holds a token budget for

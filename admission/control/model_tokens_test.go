@@ -94,7 +94,7 @@ func TestTokenModelLearnsStepWithHiddenKV(t *testing.T) {
 		}
 		n := 1 + i%8
 		kv := n * (1000 + (i*7)%3000)
-		c.ObserveStep(now, n, kv, step(n, kv+int(c.tok.hidden.mean())))
+		c.ObserveStep(now, n, kv, step(n, kv+int(c.tok.hidden.mean())), false)
 	}
 	c.refresh(now)
 	f := c.tok.step

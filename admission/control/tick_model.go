@@ -14,9 +14,12 @@ import (
 // is in model*.go; model_table.go reads the table (predict, attainment)
 // for the plan, the moves and the deadline check.
 
-// detectShift checks both latencies at the level the cap holds.
+// detectShift checks both latencies at the level the cap holds, and the
+// decode step pooled over every level (stepShift).
 func (c *Controller) detectShift(now time.Time) {
 	if r, ok := c.gapShift.check(now, c.cap); ok {
+		c.shift(now, "time per token", c.gap, r)
+	} else if r, ok := c.stepShift.check(now, c.cfg.Memory); ok {
 		c.shift(now, "time per token", c.gap, r)
 	} else if r, ok := c.ttftShift.check(now, c.cap); ok {
 		c.shift(now, "engine TTFT", c.ttft, r)
@@ -74,6 +77,7 @@ func (c *Controller) shift(now time.Time, what string, cv *curve, r float64) {
 	c.lastShift = fmt.Sprintf("%s shifted x%.2f at %s", what, r, now.Format(time.TimeOnly))
 	c.gapShift.reset()
 	c.ttftShift.reset()
+	c.stepShift.reset()
 }
 
 // refresh refits the curves and rebuilds the table. At each level n:
