@@ -139,6 +139,11 @@ type Load struct {
 	// a raise slows it to serve one no worse off, so it must grow the
 	// goodput faster than the level (max-min).
 	BoundedTenant bool
+	// StepHeld is true when the limiter held a waiter back for its token
+	// budget's decode step check since the previous Decide
+	// (admission.HeldCounts.Step): the running count binds there as the
+	// cap would (see horizon).
+	StepHeld bool
 }
 
 // clean makes every count at least 0: the limiter never reports fewer, and
@@ -211,6 +216,9 @@ type Controller struct {
 	// above it would lift a cap nothing reaches (see usefulCap).
 	peakRun   int
 	peakRunAt time.Time
+	// stepHeldAt is when a decision last saw the step check hold a waiter
+	// (Load.StepHeld).
+	stepHeldAt time.Time
 	// unusedSince is since when every decision saw demand while the cap
 	// stood above usefulCap (see boundByBudget); zero: not now.
 	unusedSince time.Time

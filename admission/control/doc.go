@@ -53,7 +53,8 @@
 //     It owns the time the cap held each level under demand and the good
 //     completions then (dwell), the running count, the share of
 //     decisions with demand and the recent peak (busy, pressure,
-//     peakRun), the slot time left idle while requests waited (idle), the
+//     peakRun, and when the budget's step check last held a waiter:
+//     stepHeldAt), the slot time left idle while requests waited (idle), the
 //     shares of decisions that saw a tenant held short or bounded, and
 //     the ramp's accounting (requests refused, idle slot time).
 //  2. model (tick_model.go): a shift of either latency at the cap, or of

@@ -67,6 +67,7 @@ type Loop struct {
 	c                *Controller
 	peakRun, peakQue int
 	rejected         int
+	heldStep         int64 // the limiter's count of waiters held for the step check, at the last decision
 	gaps             gapQueue
 	pacing           int             // the limiter's prefill limit, as last decided
 	costs            admission.Costs // the limiter's token budget, as last decided
@@ -199,7 +200,7 @@ func (r *Loop) applyGapsLocked() {
 }
 
 func (r *Loop) tick(now time.Time) {
-	st := r.l.DecisionState()
+	st, held := r.l.DecisionState(), r.l.Held()
 	var er EngineReading
 	fresh := false
 	if r.engine != nil {
@@ -213,7 +214,9 @@ func (r *Loop) tick(now time.Time) {
 		Running: st.Running, Queued: st.Queued,
 		PeakRunning: max(r.peakRun, st.Running), PeakQueued: max(r.peakQue, st.Queued),
 		Rejected: r.rejected, ShortTenant: st.TenantShort, BoundedTenant: st.TenantBounded,
+		StepHeld: held.Step > r.heldStep,
 	}
+	r.heldStep = held.Step
 	r.peakRun, r.peakQue, r.rejected = st.Running, st.Queued, 0
 	old := r.c.Cap()
 	d := r.c.Decide(now, load)

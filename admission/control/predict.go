@@ -432,11 +432,18 @@ func (c *Controller) Promise(now time.Time, queued int, q Query) time.Duration {
 }
 
 // horizon is how far ahead a slot is promised to q's client: sdkHorizon
-// for an SDK while the count cap binds, else otherHorizon, at most what
-// the clients are seen to wait.
-func (c *Controller) horizon(q Query) time.Duration {
+// for an SDK while the count binds (the cap, or the token budget's decode
+// step check, within peakMemory), else otherHorizon, at most what the
+// clients are seen to wait. The step check holds the running count at the
+// level whose step meets the target, so slots free there as they would at
+// a cap of that level, one every Hold/n: taken for the budget's prefill
+// check, where slots free as each prompt's size allows, it cut the
+// horizon to 30 s at a cap the step check held one below (scenario 11,
+// cap 6 and 5 running as the prefix cache slowed the step) and 5 % more
+// SDK requests failed at the same goodput.
+func (c *Controller) horizon(now time.Time, q Query) time.Duration {
 	h := otherHorizon
-	if q.SDK && c.peakRun >= c.cap {
+	if q.SDK && (c.peakRun >= c.cap || (!c.stepHeldAt.IsZero() && now.Sub(c.stepHeldAt) < peakMemory)) {
 		h = sdkHorizon
 	}
 	if q.Honoured > 0 {
@@ -467,7 +474,7 @@ func (c *Controller) promise(now time.Time, ahead int, budget time.Duration, q Q
 	if !ok {
 		return time.Second
 	}
-	if wait <= c.horizon(q) {
+	if wait <= c.horizon(now, q) {
 		c.promises = append(c.promises, now.Add(wait))
 	}
 	return max(wait-budget/2, 0)

@@ -50,6 +50,9 @@ func (c *Controller) noteLoad(now time.Time, load Load) bool {
 	if load.PeakRunning >= c.peakRun || now.Sub(c.peakRunAt) >= peakMemory {
 		c.peakRun, c.peakRunAt = load.PeakRunning, now
 	}
+	if load.StepHeld {
+		c.stepHeldAt = now
+	}
 	c.busy.add(now, c.cfg.Memory, float64(load.Running))
 	c.pressure.add(now, c.cfg.Memory, indicator(demand))
 	return demand
