@@ -44,6 +44,7 @@ func newAdaptive(h Host, onChange func(time.Time, control.Decision)) (*adaptive,
 		Percentile: h.Config.SLOPercentile, MinCap: h.Config.MinCap, MaxCap: h.Config.MaxCap,
 		NoPacing:      !h.Config.PrefillPacing,
 		NoTokenBudget: !h.Config.TokenBudget,
+		DecodeStep:    h.Config.DecodeStep,
 		NoCachedCost:  !h.Config.CachedCost,
 		InitialCap:    h.Config.InitialCap,
 	}

@@ -183,6 +183,10 @@ type Config struct {
 	// meets the TPOT target (see admission.Limiter.SetCosts). false keeps
 	// the budget in requests only.
 	TokenBudget bool `env:"TOKEN_BUDGET" envDefault:"true"`
+	// DecodeStep learns the decode step only from chunk gaps with no
+	// prefill under way, with the token budget (see
+	// control.ControllerConfig.DecodeStep). Off by default.
+	DecodeStep bool `env:"DECODE_STEP" envDefault:"false"`
 	// CachedCost charges a prompt's prefill as its uncached part: the
 	// token model learns from the engine's usage count less the cached
 	// tokens it reports, and admission charges a prompt estimate less the

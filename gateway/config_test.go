@@ -45,6 +45,7 @@ func TestConfigErrorsNameTheVariable(t *testing.T) {
 		{"tiny window", []string{up, "KNEECAP_SLO_WINDOW=10ms"}, "KNEECAP_SLO_WINDOW"},
 		{"bad level", []string{up, "KNEECAP_LOG_LEVEL=loud"}, "KNEECAP_LOG_LEVEL"},
 		{"bad format", []string{up, "KNEECAP_LOG_FORMAT=xml"}, "KNEECAP_LOG_FORMAT"},
+		{"bad decode step switch", []string{up, "KNEECAP_DECODE_STEP=maybe"}, "KNEECAP_DECODE_STEP"},
 		{"bad health path", []string{up, "KNEECAP_UPSTREAM_HEALTH_PATH=health"}, "KNEECAP_UPSTREAM_HEALTH_PATH"},
 		{"percentile out of range", []string{up, "KNEECAP_SLO_PERCENTILE=90"}, "KNEECAP_SLO_PERCENTILE"},
 		{"percentile not a number", []string{up, "KNEECAP_SLO_PERCENTILE=p90"}, "KNEECAP_SLO_PERCENTILE"},

@@ -42,6 +42,12 @@ type ControllerConfig struct {
 	// of the engine's costs in tokens is still learned (and shown), but
 	// not handed to the limiter (KNEECAP_TOKEN_BUDGET=false).
 	NoTokenBudget bool
+	// DecodeStep learns the decode step from the chunk gaps with no
+	// prefill under way only, and watches it for a shift over every level
+	// (stepShift), with the token budget on (KNEECAP_DECODE_STEP=true; off
+	// by default): see decodeGap for why, and docs/datacenter.md for what
+	// it gains and the checks of the suite it still misses.
+	DecodeStep bool
 	// NoCachedCost makes the token model learn prefill from whole prompts.
 	// By default it learns from their uncached part (the engine's usage
 	// count less the cached tokens it reported), the part the engine

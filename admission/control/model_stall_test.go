@@ -11,7 +11,7 @@ import (
 // prefill (160 us a token): its token budget is on.
 func withPrefillLearnt(t *testing.T) (*Controller, time.Time) {
 	t.Helper()
-	c := NewController(ControllerConfig{MaxCap: 512})
+	c := NewController(ControllerConfig{MaxCap: 512, DecodeStep: true})
 	now := time.Unix(0, 0)
 	for i := range 200 {
 		now = now.Add(100 * time.Millisecond)
