@@ -31,6 +31,7 @@ var (
 	flagRealTime  = flag.Bool("real-time", false, "run the scenarios in real time over TCP on 127.0.0.1 instead, in the modes engine, adaptive and the -caps given (at most 8; takes -warmup + -window of wall time)")
 	flagKnee      = flag.Float64("knee", 0.75, "with -real-time: the knee capacity in req/s that sets the open-loop rates")
 	flagClients   = flag.String("clients", "sdk", "what closed-loop users do with a refused request: sdk (retry it as the OpenAI SDKs do: 2 retries, Retry-After up to 60 s, else backoff), next (drop it, wait Retry-After up to 30 s, send the next, forever), none (give up at once, as vLLM's benchmark)")
+	flagAdaptEnv  = flag.String("adaptive-env", "", "KNEECAP_* settings added to the adaptive gateway's, KEY=VALUE comma-separated (say KNEECAP_DECODE_STEP=true); the static caps and peers run as without; not the issue's sweep")
 	flagAlone     = flag.String("alone-users", "1-16", "numbers of users the engine alone is run with, in the scenarios that sweep them: a range A-B or a list")
 )
 
@@ -41,6 +42,14 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	opt = Options{NoPeers: *flagNoPeers, Seed: *flagSeed, Timing: Timing{Warmup: *flagWarmup, Window: *flagWindow}, Clients: *flagClients}
 	if _, err := bench.ParseClients(*flagClients); err != nil {
 		return opt, false, fmt.Errorf("-clients: %v", err)
+	}
+	if *flagAdaptEnv != "" {
+		for _, kv := range strings.Split(*flagAdaptEnv, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || !strings.HasPrefix(k, "KNEECAP_") {
+				return opt, false, fmt.Errorf("-adaptive-env: %q is not KNEECAP_NAME=value", kv)
+			}
+			opt.AdaptiveEnv = append(opt.AdaptiveEnv, kv)
+		}
 	}
 	if opt.AloneUsers, err = parseCaps(*flagAlone); err != nil {
 		return opt, false, fmt.Errorf("-alone-users: %v", err)
@@ -59,7 +68,7 @@ func flagOptions() (opt Options, issueSweep bool, err error) {
 	if opt.Timing.Window <= 0 || opt.Timing.Warmup < 0 {
 		return opt, false, fmt.Errorf("-window must be positive and -warmup not negative")
 	}
-	issueSweep = (slices.Equal(opt.Caps, SweptCaps()) || slices.Equal(opt.Caps, AllCaps())) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming && *flagClients == "sdk"
+	issueSweep = (slices.Equal(opt.Caps, SweptCaps()) || slices.Equal(opt.Caps, AllCaps())) && !opt.NoPeers && opt.Seed == 1 && opt.Timing == DefaultTiming && *flagClients == "sdk" && len(opt.AdaptiveEnv) == 0
 	return opt, issueSweep, nil
 }
 

@@ -54,6 +54,11 @@ type Options struct {
 	// homogeneous load by making the engine see exactly the right number
 	// of users. Empty means DefaultAloneUsers.
 	AloneUsers []int
+	// AdaptiveEnv are KNEECAP_* settings (KEY=VALUE) added to the adaptive
+	// gateway's in every scenario (say KNEECAP_DECODE_STEP=true), the
+	// static caps and peers unchanged: a switch measured against the same
+	// oracles.
+	AdaptiveEnv []string
 	// Progress, when set, is told about every finished run.
 	Progress func(sc Scenario, res RunResult)
 	// Context, when set and done, stops the suite: the runs under way
@@ -274,6 +279,9 @@ func (s *Suite) runStage(t *testing.T, scs []Scenario, knee float64, modes func(
 				}
 				if sc.RestoreOf > 0 && m.Kind == "adaptive" {
 					run.State = s.savedState(sc.RestoreOf, run.Clients)
+				}
+				if m.Kind == "adaptive" {
+					run.Env = append(run.Env, s.Options.AdaptiveEnv...)
 				}
 				run.SaveState = m.Kind == "adaptive" && restored(sc.ID)
 				t.Run(fmt.Sprintf("%d-%s/%s", sc.ID, sc.Name, m), func(t *testing.T) {
