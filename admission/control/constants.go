@@ -308,11 +308,11 @@ const maxPrefills = 64
 // one uses up. With 30 s instead of 60 s, 64 SDK users at a cap of 5
 // failed twice as many requests in their applications at the same
 // goodput. So it gets the longer horizon, while the count binds (the
-// engine ran at the cap, or the token budget's decode step check held a
-// waiter, within peakMemory): slots then free at cap / Hold, or as the
-// step check lets the same count run, and the wait for the k-th is
-// predictable. Where the budget's prefill check binds instead, slots free
-// as each request's size allows, and a wait predicted
+// engine ran at the cap within peakMemory; with the decode step switch
+// also while the token budget's step check held a waiter, see horizon):
+// slots then free at cap / Hold, and the wait for the k-th is predictable.
+// Where the token budget binds instead, slots free as each request's size
+// allows, and a wait predicted
 // a minute ahead sent clients away past the room that freed for them
 // (scenario 16: 8 % less goodput over ten seeds). Other clients get
 // otherHorizon: what they honour is not known, and a client told more

@@ -147,8 +147,8 @@ type Load struct {
 	BoundedTenant bool
 	// StepHeld is true when the limiter held a waiter back for its token
 	// budget's decode step check since the previous Decide
-	// (admission.HeldCounts.Step): the running count binds there as the
-	// cap would (see horizon).
+	// (admission.HeldCounts.Step): with the decode step switch, the
+	// running count binds there as the cap would (see horizon).
 	StepHeld bool
 }
 

@@ -362,15 +362,16 @@ func TestPromiseHorizonFollowsTheClients(t *testing.T) {
 	}
 }
 
-// Where the token budget's decode step check, not the cap, holds the
-// engine below the cap, slots still free one every Hold/n and an SDK is
-// promised a slot as far ahead as it waits (a minute); where neither binds
-// it gets otherHorizon. With 30 s there, a cap one above what the step
-// check let run (scenario 11) failed 5 % more SDK requests.
+// With the decode step switch, where the token budget's decode step
+// check, not the cap, holds the engine below the cap, slots still free one
+// every Hold/n and an SDK is promised a slot as far ahead as it waits (a
+// minute); where neither binds it gets otherHorizon. With 30 s there, a
+// cap one above what the step check let run (scenario 11) failed 5 % more
+// SDK requests.
 func TestPromiseHorizonWhileTheStepCheckHolds(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		e := bf16Like()
-		c := NewController(ControllerConfig{})
+		c := NewController(ControllerConfig{DecodeStep: true})
 		now, _ := e.run(t, c, t0, 3*time.Minute)
 		now = now.Add(peakMemory + time.Second)
 		c.Decide(now, Load{Running: 3, PeakRunning: 3, PeakQueued: 5, StepHeld: held})
