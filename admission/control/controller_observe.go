@@ -79,7 +79,7 @@ func (c *Controller) ObserveStep(now time.Time, running, kv int, gap time.Durati
 // stopped near 120 where the engine gives 208 within the targets. Without
 // the budget there is no stall term, and every gap within the bound counts.
 // Only with ControllerConfig.DecodeStep: on the suite, scenarios 23, 24,
-// 27 and 28 gain 5-30 % with it, but four checks fail (docs/datacenter.md).
+// 27 and 28 gain 2-9 % with it, but four checks fail (docs/datacenter.md).
 func (c *Controller) decodeGap(prefill bool) bool {
 	return !prefill || !c.cfg.DecodeStep || !c.tokenBudget()
 }

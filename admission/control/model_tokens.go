@@ -425,8 +425,8 @@ func (c *Controller) tokenGap(now time.Time) func(n int) float64 {
 // look worse than it is (scenario 1's cap sat at 4 for two minutes where
 // main's count model reached 6 in 14 s). The mean prompt is the larger
 // of the minute's and the last hundred's (promptCount) with
-// ControllerConfig.DecodeStep, else the minute's. 0 without the token budget or
-// before the prefill is learnt.
+// ControllerConfig.DecodeStep, else the minute's. 0 without the token
+// budget or before the prefill is learnt.
 func (c *Controller) stallPer(outMean float64) float64 {
 	if !c.tokenBudget() || outMean <= 1 {
 		return 0
