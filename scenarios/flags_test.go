@@ -176,3 +176,22 @@ func TestDefaultFlagsAreTheIssueSweep(t *testing.T) {
 		t.Fatalf("default flags: %+v, issue sweep %v, %v", opt, issue, err)
 	}
 }
+
+// -adaptive-env adds KNEECAP_* settings to the adaptive gateway's; such a
+// run is not the issue's sweep, and anything but KNEECAP_NAME=value is an
+// error naming the flag.
+func TestAdaptiveEnvFlag(t *testing.T) {
+	old := *flagAdaptEnv
+	t.Cleanup(func() { *flagAdaptEnv = old })
+	*flagAdaptEnv = "KNEECAP_DECODE_STEP=true,KNEECAP_MIN_CAP=2"
+	opt, issue, err := flagOptions()
+	if err != nil || issue || !slices.Equal(opt.AdaptiveEnv, []string{"KNEECAP_DECODE_STEP=true", "KNEECAP_MIN_CAP=2"}) {
+		t.Fatalf("got %v (issue sweep %v), %v", opt.AdaptiveEnv, issue, err)
+	}
+	for _, bad := range []string{"DECODE_STEP=true", "KNEECAP_DECODE_STEP", "KNEECAP_MIN_CAP=2,"} {
+		*flagAdaptEnv = bad
+		if _, _, err := flagOptions(); err == nil || !strings.Contains(err.Error(), "-adaptive-env") {
+			t.Errorf("-adaptive-env %q: %v, want an error naming the flag", bad, err)
+		}
+	}
+}
