@@ -232,3 +232,61 @@ func TestLoopEffectsOutsideLock(t *testing.T) {
 		}
 	})
 }
+
+// The loop tells the controller when the limiter's decode step check held
+// a waiter since the previous decision (Load.StepHeld, from the limiter's
+// held counts), and only then: the horizon of an SDK's promise reads it
+// (see horizon).
+func TestLoopStepHeldFromTheLimiter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := admission.NewLimiter(admission.Config{Limit: 8, MaxQueue: 10})
+		r, err := NewLoop(LoopConfig{Controller: ControllerConfig{MaxCap: 64, InitialCap: 8, DecodeStep: true}, Limiter: l})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := t.Context()
+		kv := func(prompt int) admission.Request {
+			return admission.Request{Arrival: time.Now(), Targets: slo.Targets{TTFT: time.Second}, PromptTokens: prompt, MaxWait: 10 * time.Second}
+		}
+		a, err := l.Acquire(ctx, kv(6000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.FirstToken()
+		a.Generated(1000) // 7000 tokens of KV cache
+		// A controller that has learnt the engine (else nothing is noted
+		// before the model: overrule).
+		now, _ := bf16Like().run(t, r.c, t0, 3*time.Minute)
+		r.tick(now)
+		if !r.c.stepHeldAt.IsZero() {
+			t.Fatalf("step held at %v with nothing held", r.c.stepHeldAt)
+		}
+		// Costs of the test's own (the decision set the learnt ones).
+		l.SetCosts(admission.Costs{StepBase: 10 * time.Millisecond, StepPerKVToken: 1e-6, StepLimit: 20 * time.Millisecond})
+		done := make(chan error, 1)
+		go func() {
+			b, err := l.Acquire(ctx, kv(4000)) // 10 ms + 11 ms > 20 ms: held
+			if err == nil {
+				b.Release()
+			}
+			done <- err
+		}()
+		synctest.Wait()
+		a.Release() // the held one starts: the hold is counted
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if h := l.Held(); h.Step != 1 {
+			t.Fatalf("held counts %+v, want one held by the step check", h)
+		}
+		later := now.Add(time.Second)
+		r.tick(later)
+		if !r.c.stepHeldAt.Equal(later) {
+			t.Fatalf("step held at %v, want the decision after the hold (%v)", r.c.stepHeldAt, later)
+		}
+		r.tick(later.Add(time.Second)) // no new hold: the time of the last stands
+		if !r.c.stepHeldAt.Equal(later) {
+			t.Fatalf("step held at %v after a decision without a hold, want %v", r.c.stepHeldAt, later)
+		}
+	})
+}
