@@ -19,8 +19,10 @@
 //   - run.go, frontend.go, net.go: one [Run]: a sim.Sim, a gateway built by
 //     gateway.New exactly as `kneecap serve` builds it, and bench.Run, all
 //     over net.Pipe connections (pipeListener). Modes: the engine alone;
-//     a static cap (KNEECAP_MAX_CONCURRENCY set); the adaptive controller
-//     with its defaults; a peer algorithm (package admission/peers)
+//     a static cap (KNEECAP_MAX_CONCURRENCY set, the token budget off: a
+//     count cap); in 23-26 a static cap of the users' count with the
+//     token budget on ("budget", printed beside the oracle); the adaptive
+//     controller with its defaults; a peer algorithm (package admission/peers)
 //     driving the same limiter with whole-request latency, with no queue
 //     (over its limit a request is refused at once, as at home).
 //   - suite.go: [RunSuite] runs every mode of every scenario, each in its

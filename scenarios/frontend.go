@@ -51,6 +51,9 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 		// A count cap as today: the budget in requests only (the token
 		// budget is what the adaptive gateway adds, issue 20).
 		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap), "KNEECAP_TOKEN_BUDGET=false")
+	case "budget":
+		// A static cap as an operator sets one: the token budget on.
+		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
 	case "peer":
 		if slices.Contains(OraclePeers, r.Mode.Peer) {
 			// vLLM's waiting queue: unbounded in time, bounded by its
@@ -68,7 +71,7 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	start := time.Now()
 	opts := []gateway.Option{gateway.WithTransport(engine.tr), gateway.WithLogger(log), gateway.WithListeners(traffic, admin)}
 	switch r.Mode.Kind {
-	case "static", "adaptive":
+	case "static", "adaptive", "budget":
 		// The gateway's own controller; its trajectory starts at the
 		// cap it set when built.
 		opts = append(opts, gateway.WithOnChange(func(now time.Time, d control.Decision) { fe.traj.add(now, d.Cap) }))

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -192,4 +193,58 @@ func TestWindowCountWhenTheRunEndsFirst(t *testing.T) {
 			t.Fatalf("idle slots %.3f over a whole window, want 1", got)
 		}
 	})
+}
+
+// In 23-26 the adaptive gateway is compared, printed and not enforced,
+// with kneecap's own static cap of the users' count (the token budget on):
+// a miss is reported with its reason, a lead passes, and without that run
+// there is no such check.
+func TestBudgetAloneComparison(t *testing.T) {
+	sc, _ := ByID(23)
+	if !sc.BudgetAlone || sc.Users != 256 {
+		t.Fatalf("scenario 23: BudgetAlone %v with %d users", sc.BudgetAlone, sc.Users)
+	}
+	if s27, _ := ByID(27); s27.BudgetAlone {
+		t.Fatal("scenario 27 (open loop) runs the budget mode")
+	}
+	budget := Mode{Kind: "budget", Cap: 256}.String()
+	for _, tc := range []struct {
+		name           string
+		budget         float64 // 0: no such run
+		failed         int
+		want, reported bool
+	}{
+		{"behind", 21.5, 9, false, true},
+		{"ahead", 19.0, 300, true, false},
+		{"failing more", 19.0, 9, false, true},
+		{"no run", 0, 0, false, false},
+	} {
+		s := &Suite{Runs: map[int][]RunResult{}}
+		s.Runs[23] = []RunResult{
+			{Mode: "adaptive", Goodput: 20.0, Failed: 197},
+			{Mode: "static", Cap: 96, Goodput: 16.0, Failed: 605},
+		}
+		if tc.budget > 0 {
+			s.Runs[23] = append(s.Runs[23], RunResult{Mode: budget, Cap: 256, Goodput: tc.budget, Failed: tc.failed})
+		}
+		var found *Check
+		row := s.row(sc)
+		for i, c := range row.Checks {
+			if strings.HasPrefix(c.What, "against the token budget alone") {
+				found = &row.Checks[i]
+			}
+		}
+		if tc.budget == 0 {
+			if found != nil {
+				t.Errorf("%s: a check without the run: %+v", tc.name, *found)
+			}
+			continue
+		}
+		if found == nil {
+			t.Fatalf("%s: no comparison in %+v", tc.name, row.Checks)
+		}
+		if found.OK != tc.want || (found.Reported != "") != tc.reported {
+			t.Errorf("%s: %+v, want OK %v, reported %v", tc.name, *found, tc.want, tc.reported)
+		}
+	}
 }

@@ -24,7 +24,9 @@ type Mode struct {
 	// the scenario's: the engine alone with the number of users it serves
 	// best at, found by sweeping Cap), "static" (the gateway with a static
 	// cap Cap), "adaptive" (the gateway with its defaults) or "peer" (the
-	// gateway's limiter driven by the peer algorithm Peer).
+	// gateway's limiter driven by the peer algorithm Peer), or "budget"
+	// (the gateway with a static cap Cap and its defaults: the token
+	// budget on, which the static caps run without).
 	Kind string
 	Cap  int
 	Peer string
@@ -45,6 +47,8 @@ func (m Mode) String() string {
 	switch m.Kind {
 	case "static":
 		return fmt.Sprintf("static-%d", m.Cap)
+	case "budget":
+		return fmt.Sprintf("budget-%d", m.Cap)
 	case "peer":
 		return m.Peer
 	case "engine":
@@ -277,7 +281,7 @@ func (r Run) result(lv bench.Level, start time.Time, traj *trajectory) RunResult
 	// Mode is the kind but for a peer (its name) and the adaptive gateway
 	// with other clients (adaptive-next).
 	res := RunResult{Mode: r.Mode.Kind, Cap: r.Mode.Cap, Clients: r.Clients.String(), Converge: -1, Reconverge: -1}
-	if r.Mode.Kind == "peer" || r.Mode.Kind == "adaptive" {
+	if r.Mode.Kind == "peer" || r.Mode.Kind == "adaptive" || r.Mode.Kind == "budget" {
 		res.Mode = r.Mode.String()
 	}
 	from, to := lv.WindowStart, lv.WindowEnd

@@ -108,6 +108,10 @@ type Scenario struct {
 	Window time.Duration
 	// NoPeers runs no peer algorithm on the scenario.
 	NoPeers bool
+	// BudgetAlone runs, beside the static caps, kneecap with its defaults
+	// and a cap of the users' count (Mode "budget"): the token budget and
+	// the deadline check alone, for a printed comparison (dcChecks).
+	BudgetAlone bool
 	// Lean runs only the adaptive gateway with the suite's clients and the
 	// static caps: no engine alone (a datacenter engine alone serves no
 	// good request), no today's clients, no oracle peer; for CI's time.

@@ -209,6 +209,9 @@ func (s *Suite) modes(sc Scenario) []Mode {
 		m = append(m, Mode{Kind: "engine"})
 	}
 	m = append(append(m, Mode{Kind: "adaptive"}), sc.traceModes()...)
+	if sc.BudgetAlone && sc.Users > 0 {
+		m = append(m, Mode{Kind: "budget", Cap: sc.Users})
+	}
 	if reconverges(sc.ID) {
 		for k := 1; k < reconvergeSeeds; k++ {
 			m = append(m, Mode{Kind: "adaptive", SeedOffset: uint64(k)})

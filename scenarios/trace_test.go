@@ -23,7 +23,8 @@ import (
 //
 // KNEECAP_TRACE_WINDOW sets the measured window (default
 // DefaultTiming's); KNEECAP_TRACE_STATE_CAP starts the adaptive gateway
-// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default), a static cap ("static-4"), "engine", or a
+// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default), a static cap ("static-4"; "budget-4"
+// with the token budget on, as an operator's), "engine", or a
 // peer ("peer-envoy-gradient"; an oracle peer with its count cap:
 // "peer-vllm-queued-tokens@4").
 // KNEECAP_TRACE_RECORDS names a file to write every request's record to, a
@@ -58,12 +59,13 @@ func TestTrace(t *testing.T) {
 	}
 	seed, _ := strconv.ParseUint(os.Getenv("KNEECAP_TRACE_SEED"), 10, 64)
 	mode := Mode{Kind: "adaptive"}
-	if m := os.Getenv("KNEECAP_TRACE_MODE"); strings.HasPrefix(m, "static-") {
-		c, err := strconv.Atoi(strings.TrimPrefix(m, "static-"))
+	if m := os.Getenv("KNEECAP_TRACE_MODE"); strings.HasPrefix(m, "static-") || strings.HasPrefix(m, "budget-") {
+		kind, n, _ := strings.Cut(m, "-")
+		c, err := strconv.Atoi(n)
 		if err != nil {
 			t.Fatalf("KNEECAP_TRACE_MODE=%q", m)
 		}
-		mode = Mode{Kind: "static", Cap: c}
+		mode = Mode{Kind: kind, Cap: c}
 	} else if m == "engine" {
 		mode = Mode{Kind: "engine"}
 	} else if peer, c, ok := strings.Cut(strings.TrimPrefix(m, "peer-"), "@"); strings.HasPrefix(m, "peer-") {
