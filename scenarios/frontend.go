@@ -46,24 +46,7 @@ func newFrontend(r Run, engine *endpoint, traffic, admin net.Listener, log *slog
 	if tg.E2E > 0 {
 		environ = append(environ, "KNEECAP_SLO_E2E="+tg.E2E.String())
 	}
-	switch r.Mode.Kind {
-	case "static":
-		// A count cap as today: the budget in requests only (the token
-		// budget is what the adaptive gateway adds, issue 20).
-		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap), "KNEECAP_TOKEN_BUDGET=false")
-	case "budget":
-		// A static cap as an operator sets one: the token budget on.
-		environ = append(environ, "KNEECAP_MAX_CONCURRENCY="+strconv.Itoa(r.Mode.Cap))
-	case "peer":
-		if slices.Contains(OraclePeers, r.Mode.Peer) {
-			// vLLM's waiting queue: unbounded in time, bounded by its
-			// budget of prompt tokens.
-			environ = append(environ, "KNEECAP_MAX_QUEUE_WAIT=1h")
-		} else {
-			environ = append(environ, "KNEECAP_MAX_QUEUE=0")
-		}
-	}
-	cfg, err := gateway.ConfigFromEnv(environ)
+	cfg, err := gateway.ConfigFromEnv(append(environ, modeSettings(r.Mode)...))
 	if err != nil {
 		return nil, err
 	}
@@ -261,4 +244,27 @@ func saveState(gw *gateway.Gateway, env []string) ([]byte, error) {
 		}
 	}
 	return nil, errors.New("no state file")
+}
+
+// modeSettings are the gateway settings a mode adds to the run's: a static
+// cap counts requests only; a budget cap keeps the token budget, as an
+// operator's static cap does; a peer runs as at home.
+func modeSettings(m Mode) []string {
+	switch m.Kind {
+	case "static":
+		// A count cap as today: the budget in requests only (the token
+		// budget is what the adaptive gateway adds, issue 20).
+		return []string{"KNEECAP_MAX_CONCURRENCY=" + strconv.Itoa(m.Cap), "KNEECAP_TOKEN_BUDGET=false"}
+	case "budget":
+		// A static cap as an operator sets one: the token budget on.
+		return []string{"KNEECAP_MAX_CONCURRENCY=" + strconv.Itoa(m.Cap)}
+	case "peer":
+		if slices.Contains(OraclePeers, m.Peer) {
+			// vLLM's waiting queue: unbounded in time, bounded by its
+			// budget of prompt tokens.
+			return []string{"KNEECAP_MAX_QUEUE_WAIT=1h"}
+		}
+		return []string{"KNEECAP_MAX_QUEUE=0"}
+	}
+	return nil
 }

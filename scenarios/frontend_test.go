@@ -10,6 +10,7 @@ import (
 
 	"github.com/kneecap/kneecap/admission"
 	"github.com/kneecap/kneecap/admission/peers"
+	"github.com/kneecap/kneecap/gateway"
 )
 
 // TestPeersRefuseAtOnce: every peer's gateway refuses a request over the
@@ -73,4 +74,22 @@ func newTestFrontend(t *testing.T, m Mode) *frontend {
 		t.Fatal(err)
 	}
 	return fe
+}
+
+// A budget cap is kneecap's static cap with the token budget on, as an
+// operator sets it; the suite's static caps count requests only.
+func TestBudgetModeKeepsTheTokenBudget(t *testing.T) {
+	base := []string{"KNEECAP_UPSTREAM=http://engine"}
+	for _, tc := range []struct {
+		m      Mode
+		budget bool
+	}{{Mode{Kind: "static", Cap: 8}, false}, {Mode{Kind: "budget", Cap: 8}, true}} {
+		cfg, err := gateway.ConfigFromEnv(append(base, modeSettings(tc.m)...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.MaxConcurrency != 8 || cfg.TokenBudget != tc.budget {
+			t.Errorf("%s: cap %d, token budget %v; want 8 and %v", tc.m, cfg.MaxConcurrency, cfg.TokenBudget, tc.budget)
+		}
+	}
 }

@@ -23,10 +23,10 @@ import (
 //
 // KNEECAP_TRACE_WINDOW sets the measured window (default
 // DefaultTiming's); KNEECAP_TRACE_STATE_CAP starts the adaptive gateway
-// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive" (default), a static cap ("static-4"; "budget-4"
-// with the token budget on, as an operator's), "engine", or a
-// peer ("peer-envoy-gradient"; an oracle peer with its count cap:
-// "peer-vllm-queued-tokens@4").
+// from a state file holding that cap. KNEECAP_TRACE_MODE is "adaptive"
+// (default), a static cap ("static-4"; "budget-4" with the token budget
+// on, as an operator's), "engine", or a peer ("peer-envoy-gradient"; an
+// oracle peer with its count cap: "peer-vllm-queued-tokens@4").
 // KNEECAP_TRACE_RECORDS names a file to write every request's record to, a
 // line each (see writeRecords), for comparing two runs request by request.
 // Open-loop scenarios take their rate from KNEECAP_TRACE_KNEE (req/s,
